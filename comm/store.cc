@@ -5,7 +5,7 @@
 
 namespace tpx::comm {
 
-absl::Status ValidateStoreKey(std::string_view key) {
+absl::Status ValidateStoreKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("store key must not be empty");
   if (key.size() > kMaxStoreKeyBytes) {
     return absl::InvalidArgumentError(absl::StrCat("store key of ", key.size(),
@@ -15,7 +15,7 @@ absl::Status ValidateStoreKey(std::string_view key) {
   return absl::OkStatus();
 }
 
-absl::Status ValidateStoreValue(std::string_view key, size_t value_size) {
+absl::Status ValidateStoreValue(absl::string_view key, size_t value_size) {
   if (value_size > kMaxStoreValueBytes) {
     return absl::InvalidArgumentError(absl::StrCat("store value for key '", key, "' has ",
                                                    value_size, " bytes; the limit is ",
@@ -24,7 +24,7 @@ absl::Status ValidateStoreValue(std::string_view key, size_t value_size) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ParseStoreCounter(std::string_view key, std::string_view text) {
+absl::StatusOr<int64_t> ParseStoreCounter(absl::string_view key, absl::string_view text) {
   int64_t value = 0;
   if (text.empty()) return 0;
   if (!absl::SimpleAtoi(text, &value)) {
@@ -34,27 +34,27 @@ absl::StatusOr<int64_t> ParseStoreCounter(std::string_view key, std::string_view
   return value;
 }
 
-absl::Status PrefixStore::Set(std::string_view key, std::string_view value) {
+absl::Status PrefixStore::Set(absl::string_view key, absl::string_view value) {
   return base_->Set(Full(key), value);
 }
-absl::StatusOr<std::string> PrefixStore::Get(std::string_view key, absl::Duration timeout) {
+absl::StatusOr<std::string> PrefixStore::Get(absl::string_view key, absl::Duration timeout) {
   return base_->Get(Full(key), timeout);
 }
-absl::StatusOr<int64_t> PrefixStore::Add(std::string_view key, int64_t delta) {
+absl::StatusOr<int64_t> PrefixStore::Add(absl::string_view key, int64_t delta) {
   return base_->Add(Full(key), delta);
 }
-absl::StatusOr<std::string> PrefixStore::CompareSet(std::string_view key,
-                                                    std::string_view expected,
-                                                    std::string_view desired) {
+absl::StatusOr<std::string> PrefixStore::CompareSet(absl::string_view key,
+                                                    absl::string_view expected,
+                                                    absl::string_view desired) {
   return base_->CompareSet(Full(key), expected, desired);
 }
-absl::StatusOr<bool> PrefixStore::Delete(std::string_view key) { return base_->Delete(Full(key)); }
+absl::StatusOr<bool> PrefixStore::Delete(absl::string_view key) { return base_->Delete(Full(key)); }
 absl::Status PrefixStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
   std::vector<std::string> full;
   full.reserve(keys.size());
   for (const std::string& key : keys) full.push_back(Full(key));
   return base_->Wait(full, timeout);
 }
-absl::StatusOr<bool> PrefixStore::Check(std::string_view key) { return base_->Check(Full(key)); }
+absl::StatusOr<bool> PrefixStore::Check(absl::string_view key) { return base_->Check(Full(key)); }
 
 }  // namespace tpx::comm

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
@@ -38,38 +38,38 @@ class Store {
 
   // Stores `value` under `key`, replacing any previous value.
   // InvalidArgument for an empty/too-long key or a too-large value.
-  virtual absl::Status Set(std::string_view key, std::string_view value) = 0;
+  virtual absl::Status Set(absl::string_view key, absl::string_view value) = 0;
 
   // Returns the value of `key`, waiting up to `timeout` for it to appear.
   // DeadlineExceeded (naming the key) when it does not.
-  virtual absl::StatusOr<std::string> Get(std::string_view key, absl::Duration timeout) = 0;
+  virtual absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) = 0;
 
   // Atomically adds `delta` to the integer at `key` (absent counts as 0) and
   // returns the new value. InvalidArgument if the key holds a non-integer.
-  virtual absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) = 0;
+  virtual absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) = 0;
 
   // Atomically: if the current value equals `expected` (an absent key equals
   // the empty string), stores `desired`. Returns the value held afterwards
   // (`desired` on success, the unchanged current value otherwise; "" if absent).
-  virtual absl::StatusOr<std::string> CompareSet(std::string_view key, std::string_view expected,
-                                                 std::string_view desired) = 0;
+  virtual absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                                 absl::string_view desired) = 0;
 
   // Removes `key`. Returns whether it existed.
-  virtual absl::StatusOr<bool> Delete(std::string_view key) = 0;
+  virtual absl::StatusOr<bool> Delete(absl::string_view key) = 0;
 
   // Waits up to `timeout` until every key in `keys` exists. DeadlineExceeded
   // naming the keys still missing.
   virtual absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) = 0;
 
   // Non-blocking: whether `key` exists now.
-  virtual absl::StatusOr<bool> Check(std::string_view key) = 0;
+  virtual absl::StatusOr<bool> Check(absl::string_view key) = 0;
 };
 
 // Shared argument checks for implementations.
-absl::Status ValidateStoreKey(std::string_view key);
-absl::Status ValidateStoreValue(std::string_view key, size_t value_size);
+absl::Status ValidateStoreKey(absl::string_view key);
+absl::Status ValidateStoreValue(absl::string_view key, size_t value_size);
 // Parses an Add counter; InvalidArgument naming the key if `text` is not an integer.
-absl::StatusOr<int64_t> ParseStoreCounter(std::string_view key, std::string_view text);
+absl::StatusOr<int64_t> ParseStoreCounter(absl::string_view key, absl::string_view text);
 
 // A view of another Store with every key prefixed by `prefix` + "/", so that
 // several users (communicators, tests) can share one Store without clashes.
@@ -78,17 +78,17 @@ class PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, Store* base) : prefix_(std::move(prefix) + "/"), base_(base) {}
 
-  absl::Status Set(std::string_view key, std::string_view value) override;
-  absl::StatusOr<std::string> Get(std::string_view key, absl::Duration timeout) override;
-  absl::StatusOr<int64_t> Add(std::string_view key, int64_t delta) override;
-  absl::StatusOr<std::string> CompareSet(std::string_view key, std::string_view expected,
-                                         std::string_view desired) override;
-  absl::StatusOr<bool> Delete(std::string_view key) override;
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+  absl::StatusOr<std::string> CompareSet(absl::string_view key, absl::string_view expected,
+                                         absl::string_view desired) override;
+  absl::StatusOr<bool> Delete(absl::string_view key) override;
   absl::Status Wait(absl::Span<const std::string> keys, absl::Duration timeout) override;
-  absl::StatusOr<bool> Check(std::string_view key) override;
+  absl::StatusOr<bool> Check(absl::string_view key) override;
 
  private:
-  std::string Full(std::string_view key) const { return prefix_ + std::string(key); }
+  std::string Full(absl::string_view key) const { return prefix_ + std::string(key); }
 
   std::string prefix_;
   Store* base_;

@@ -1,0 +1,347 @@
+#include "comm/plugin_communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "comm/progress.h"
+#include "comm/store_abi.h"
+#include "core/status_macros.h"
+
+namespace tpx::comm {
+
+bool DebugChecksFromEnv() {
+  const char* env = std::getenv("TPX_COMM_DEBUG");
+  return env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
+}
+
+namespace {
+
+// Everything a communicator and its in-flight Work share; kept alive by
+// both so a Work may outlive its communicator.
+struct Shared {
+  std::shared_ptr<const Plugin> plugin;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<void> keep_alive;
+  std::unique_ptr<StoreAbi> store_abi;
+  std::unique_ptr<ProgressTracker> progress;
+  CommOptions options;
+  tpx_comm_t handle = nullptr;
+
+  ~Shared() {
+    progress.reset();
+    if (handle != nullptr) {
+      tpx_error_t err{};
+      plugin->api().comm_destroy(handle, &err);
+    }
+  }
+};
+
+class PluginWork : public WorkImpl {
+ public:
+  PluginWork(std::shared_ptr<Shared> shared, tpx_request_t request, uint64_t seq,
+             std::string what)
+      : shared_(std::move(shared)), request_(request), seq_(seq), what_(std::move(what)) {}
+  ~PluginWork() override { shared_->plugin->api().request_free(request_); }
+
+  bool Wait(absl::Duration timeout, absl::Status* status) override {
+    const tpx_comm_plugin_v1_t& api = shared_->plugin->api();
+    tpx_error_t err{};
+    int done = 0;
+    int rc;
+    if (timeout == absl::ZeroDuration()) {
+      rc = api.test(request_, &done, &err);
+      if (!done) return false;
+    } else if (timeout == absl::InfiniteDuration()) {
+      rc = WaitBounded(&err);
+      if (rc == kHostTimeout) {
+        *status = Explain(absl::DeadlineExceededError(absl::StrCat(
+            "the backend did not finish it within 2x the communicator timeout (",
+            absl::FormatDuration(shared_->options.timeout), ")")));
+        return true;
+      }
+    } else {
+      rc = api.wait(request_, absl::ToInt64Milliseconds(timeout), &err);
+      if (rc == TPX_ERR_DEADLINE_EXCEEDED) {
+        // Distinguish "still running" from "failed with a timeout".
+        int finished = 0;
+        tpx_error_t test_err{};
+        int test_rc = api.test(request_, &finished, &test_err);
+        if (!finished) return false;
+        rc = test_rc;
+        err = test_err;
+      }
+    }
+    if (rc == TPX_OK) {
+      if (seq_ > 0) shared_->progress->Completed(seq_);
+      *status = absl::OkStatus();
+    } else {
+      *status = Explain(PluginCodeToStatus(rc, err, shared_->plugin->name()));
+    }
+    return true;
+  }
+
+ private:
+  static constexpr int kHostTimeout = -1;
+
+  // Waits until done, but no longer than twice the communicator timeout: a
+  // backend that breaks its own timeout promise must not hang the program.
+  int WaitBounded(tpx_error_t* err) {
+    const tpx_comm_plugin_v1_t& api = shared_->plugin->api();
+    absl::Time give_up = absl::Now() + 2 * shared_->options.timeout;
+    while (true) {
+      int rc = api.wait(request_, absl::ToInt64Milliseconds(shared_->options.timeout), err);
+      if (rc != TPX_ERR_DEADLINE_EXCEEDED) return rc;
+      int finished = 0;
+      rc = api.test(request_, &finished, err);
+      if (finished) return rc;
+      if (absl::Now() >= give_up) return kHostTimeout;
+    }
+  }
+
+  absl::Status Explain(const absl::Status& backend) {
+    const bool is_timeout = backend.code() == absl::StatusCode::kDeadlineExceeded;
+    std::string out = absl::StrCat(what_, " on rank ", shared_->options.rank, " of ",
+                                   shared_->options.name);
+    if (is_timeout) {
+      absl::StrAppend(&out, " timed out after ", absl::FormatDuration(shared_->options.timeout));
+    } else {
+      absl::StrAppend(&out, " failed");
+    }
+    if (seq_ > 0 && shared_->options.size > 1) {
+      absl::StrAppend(&out, ": ", shared_->progress->Explain(seq_));
+    }
+    absl::StrAppend(&out, " [", backend.message(), "]");
+    return absl::Status(backend.code(), out);
+  }
+
+  std::shared_ptr<Shared> shared_;
+  tpx_request_t request_;
+  uint64_t seq_;
+  std::string what_;
+};
+
+// What every rank must agree on for one collective (TPX_COMM_DEBUG).
+constexpr int kDescriptorLen = 6;
+
+uint64_t HashCounts(const std::vector<int64_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+  return h;
+}
+
+void MakeDescriptor(const CollectiveArgs& a, int64_t out[kDescriptorLen]) {
+  out[0] = static_cast<int64_t>(a.kind);
+  out[1] = static_cast<int64_t>(a.dtype);
+  out[2] = IsReduction(a.kind) ? static_cast<int64_t>(a.op) : -1;
+  out[3] = HasRoot(a.kind) ? a.peer : -1;
+  // Per-rank sizes legitimately differ for gather/scatter/all_to_all.
+  switch (a.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kBroadcast:
+    case CollectiveKind::kReduce:
+      out[4] = a.count;
+      out[5] = 0;
+      break;
+    case CollectiveKind::kAllGatherV:
+      out[4] = -1;
+      out[5] = static_cast<int64_t>(HashCounts(a.recv_counts));
+      break;
+    case CollectiveKind::kReduceScatterV:
+      out[4] = -1;
+      out[5] = static_cast<int64_t>(HashCounts(a.send_counts));
+      break;
+    default:
+      out[4] = -1;
+      out[5] = 0;
+  }
+}
+
+std::string FormatDescriptor(const int64_t d[kDescriptorLen]) {
+  std::string out(CollectiveKindName(static_cast<CollectiveKind>(d[0])));
+  absl::StrAppend(&out, "(", std::string(DTypeName(static_cast<DType>(d[1]))));
+  if (d[2] >= 0) absl::StrAppend(&out, ", ", ReduceOpName(static_cast<ReduceOp>(d[2])));
+  if (d[3] >= 0) absl::StrAppend(&out, ", root ", d[3]);
+  if (d[4] >= 0) absl::StrAppend(&out, ", count ", d[4]);
+  if (d[5] != 0) absl::StrAppend(&out, ", per-rank counts hash ", static_cast<uint64_t>(d[5]));
+  absl::StrAppend(&out, ")");
+  return out;
+}
+
+class PluginCommunicatorImpl : public Communicator {
+ public:
+  explicit PluginCommunicatorImpl(std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+
+  int rank() const override { return shared_->options.rank; }
+  int size() const override { return shared_->options.size; }
+  const std::string& name() const override { return shared_->options.name; }
+  const std::string& backend() const override { return shared_->plugin->name(); }
+
+ protected:
+  Work Post(const CollectiveArgs& args) override {
+    absl::MutexLock lock(&mu_);
+    uint64_t seq = last_seq_;
+    if (!IsPointToPoint(args.kind)) {
+      seq = ++last_seq_;
+      if (shared_->options.debug_checks && size() > 1) {
+        absl::Status same = CheckSameCollective(args, seq);
+        if (!same.ok()) return Work(std::move(same));
+      }
+      shared_->progress->Entered(seq);
+    }
+    tpx_request_t request = nullptr;
+    tpx_error_t err{};
+    int rc = PostRaw(args, seq, &request, &err);
+    std::string what = DescribeCollective(args, rank(), IsPointToPoint(args.kind) ? 0 : seq);
+    if (rc != TPX_OK) {
+      return Work(PluginCodeToStatus(rc, err, absl::StrCat(what, " on rank ", rank(),
+                                                           ": backend rejected it")));
+    }
+    return Work(std::make_shared<PluginWork>(shared_, request,
+                                             IsPointToPoint(args.kind) ? 0 : seq,
+                                             std::move(what)));
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> SplitGrouped(int color, int key,
+                                                             std::vector<int32_t> members,
+                                                             int new_rank,
+                                                             std::string child_name) override {
+    auto child = std::make_shared<Shared>();
+    child->plugin = shared_->plugin;
+    child->store = shared_->store;
+    child->keep_alive = shared_->keep_alive;
+    child->store_abi = std::make_unique<StoreAbi>(child->store.get());
+    child->options = shared_->options;
+    child->options.rank = new_rank;
+    child->options.size = static_cast<int>(members.size());
+    child->options.name = std::move(child_name);
+    tpx_comm_config_v1_t config = MakeConfig(*child);
+    tpx_error_t err{};
+    absl::MutexLock lock(&mu_);
+    int rc = shared_->plugin->api().comm_split(shared_->handle, color, key, members.data(),
+                                               &config, &child->handle, &err);
+    if (rc != TPX_OK) {
+      return PluginCodeToStatus(rc, err,
+                                absl::StrCat("split of ", name(), " (color ", color, ", key ",
+                                             key, ") on rank ", rank()));
+    }
+    StartProgress(*child);
+    return std::unique_ptr<Communicator>(new PluginCommunicatorImpl(std::move(child)));
+  }
+
+ public:
+  static tpx_comm_config_v1_t MakeConfig(const Shared& s) {
+    tpx_comm_config_v1_t config{};
+    config.struct_size = sizeof(config);
+    config.rank = s.options.rank;
+    config.size = s.options.size;
+    config.name = s.options.name.c_str();
+    config.timeout_ms = absl::ToInt64Milliseconds(s.options.timeout);
+    config.device = s.options.device;
+    config.store = s.store_abi->get();
+    return config;
+  }
+
+  static void StartProgress(Shared& s) {
+    s.progress = std::make_unique<ProgressTracker>(s.store.get(), s.options.name, s.options.rank,
+                                                   s.options.size, s.options.heartbeat_period);
+  }
+
+ private:
+  int PostRaw(const CollectiveArgs& a, uint64_t seq, tpx_request_t* request, tpx_error_t* err) {
+    tpx_coll_args_v1_t c{};
+    c.struct_size = sizeof(c);
+    c.kind = static_cast<tpx_coll_kind_t>(a.kind);
+    c.dtype = static_cast<tpx_dtype_t>(a.dtype);
+    c.op = static_cast<tpx_reduce_op_t>(a.op);
+    c.peer = a.peer;
+    c.tag = a.tag;
+    c.send = a.send;
+    c.recv = a.recv;
+    c.count = a.count;
+    c.send_counts = a.send_counts.empty() ? nullptr : a.send_counts.data();
+    c.send_displs = a.send_displs.empty() ? nullptr : a.send_displs.data();
+    c.recv_counts = a.recv_counts.empty() ? nullptr : a.recv_counts.data();
+    c.recv_displs = a.recv_displs.empty() ? nullptr : a.recv_displs.data();
+    c.seq = seq;
+    c.stream = nullptr;
+    return shared_->plugin->api().post(shared_->handle, &c, request, err);
+  }
+
+  // All-gathers this collective's descriptor through the backend itself and
+  // names the first rank whose call differs from rank 0's.
+  absl::Status CheckSameCollective(const CollectiveArgs& args, uint64_t seq) {
+    int64_t mine[kDescriptorLen];
+    MakeDescriptor(args, mine);
+    std::vector<int64_t> all(kDescriptorLen * size());
+    CollectiveArgs exchange;
+    exchange.kind = CollectiveKind::kAllGatherV;
+    exchange.name = "debug_check";
+    exchange.dtype = DType::kI64;
+    exchange.send = mine;
+    exchange.recv = all.data();
+    exchange.count = kDescriptorLen;
+    exchange.recv_counts.assign(size(), kDescriptorLen);
+    for (int r = 0; r < size(); ++r) exchange.recv_displs.push_back(r * kDescriptorLen);
+    tpx_request_t request = nullptr;
+    tpx_error_t err{};
+    int rc = PostRaw(exchange, seq, &request, &err);
+    std::string what = DescribeCollective(args, rank(), seq);
+    if (rc == TPX_OK) {
+      rc = shared_->plugin->api().wait(request, -1, &err);
+      shared_->plugin->api().request_free(request);
+    }
+    if (rc != TPX_OK) {
+      return PluginCodeToStatus(rc, err, absl::StrCat("TPX_COMM_DEBUG check before ", what,
+                                                      " on rank ", rank()));
+    }
+    for (int r = 1; r < size(); ++r) {
+      if (std::memcmp(&all[r * kDescriptorLen], &all[0], sizeof(int64_t) * kDescriptorLen) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "TPX_COMM_DEBUG: collective #", seq, " on ", name(), " differs between ranks: rank 0 "
+            "issued ", FormatDescriptor(&all[0]), " but rank ", r, " issued ",
+            FormatDescriptor(&all[r * kDescriptorLen]), " (seen on rank ", rank(), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<Shared> shared_;
+  absl::Mutex mu_;  // serialises posts (the plugin contract)
+  uint64_t last_seq_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> PluginCommunicator::Create(
+    std::shared_ptr<const Plugin> plugin, const CommOptions& options,
+    std::shared_ptr<Store> store, std::shared_ptr<void> keep_alive) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator '", options.name, "': rank ",
+                                                   options.rank, " of size ", options.size,
+                                                   " is out of range"));
+  }
+  auto shared = std::make_shared<Shared>();
+  shared->plugin = std::move(plugin);
+  shared->store = std::move(store);
+  shared->keep_alive = std::move(keep_alive);
+  shared->store_abi = std::make_unique<StoreAbi>(shared->store.get());
+  shared->options = options;
+  tpx_comm_config_v1_t config = PluginCommunicatorImpl::MakeConfig(*shared);
+  tpx_error_t err{};
+  int rc = shared->plugin->api().comm_create(&config, &shared->handle, &err);
+  if (rc != TPX_OK) {
+    shared->handle = nullptr;
+    return PluginCodeToStatus(rc, err,
+                              absl::StrCat("creating communicator '", options.name, "' (rank ",
+                                           options.rank, " of ", options.size, ", backend ",
+                                           shared->plugin->name(), ")"));
+  }
+  PluginCommunicatorImpl::StartProgress(*shared);
+  return std::unique_ptr<Communicator>(new PluginCommunicatorImpl(std::move(shared)));
+}
+
+}  // namespace tpx::comm

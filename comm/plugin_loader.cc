@@ -1,0 +1,165 @@
+#include "comm/plugin_loader.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "comm/store_abi.h"
+
+namespace tpx::comm {
+namespace {
+
+std::string ExecutablePath() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  return std::string(buf, n);
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+}  // namespace
+
+std::vector<std::string> PluginSearchPaths(absl::string_view name) {
+  const std::string file = absl::StrCat("libtpx_comm_", name, ".so");
+  const std::string package = absl::StrCat("comm_", name);
+  std::vector<std::string> paths;
+  if (const char* env = std::getenv("TPX_COMM_PLUGIN_PATH")) {
+    for (absl::string_view dir : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+      paths.push_back(absl::StrCat(dir, "/", file));
+    }
+  }
+  const std::string exe = ExecutablePath();
+  std::vector<std::string> runfiles_roots;
+  for (const char* var : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* env = std::getenv(var)) runfiles_roots.push_back(env);
+  }
+  if (!exe.empty()) runfiles_roots.push_back(exe + ".runfiles");
+  for (const std::string& root : runfiles_roots) {
+    std::string candidate = absl::StrCat(root, "/tpx/", package, "/", file);
+    if (std::find(paths.begin(), paths.end(), candidate) == paths.end()) {
+      paths.push_back(candidate);
+    }
+  }
+  if (!exe.empty()) {
+    paths.push_back(absl::StrCat(DirName(exe), "/", file));
+    paths.push_back(absl::StrCat(DirName(exe), "/../", package, "/", file));
+  }
+  return paths;
+}
+
+absl::StatusOr<std::shared_ptr<const Plugin>> LoadPluginFromFile(const std::string& path,
+                                                                 absl::string_view name) {
+  // RTLD_LOCAL: two plugins may bundle different copies of a vendor library.
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    return absl::FailedPreconditionError(
+        absl::StrCat("comm backend '", name, "': cannot load ", path, ": ",
+                     why ? why : "unknown dlopen error",
+                     ". Check that its own dependencies are installed (ldd ", path, ")."));
+  }
+  ::dlerror();
+  void* symbol = ::dlsym(handle, TPX_COMM_PLUGIN_ENTRY_SYMBOL);
+  if (symbol == nullptr) {
+    ::dlclose(handle);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " does not export the entry symbol '",
+        TPX_COMM_PLUGIN_ENTRY_SYMBOL, "'; it is not a tpx comm plugin (or was built without "
+        "extern \"C\" / default visibility on that function)."));
+  }
+  // From here on error paths keep the library loaded: messages read strings
+  // that live inside it.
+  auto entry = reinterpret_cast<tpx_comm_plugin_entry_fn>(symbol);
+  const tpx_comm_plugin_header_t* header = entry(TPX_COMM_PLUGIN_ABI_VERSION);
+  if (header == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " supports no plugin ABI version <= ",
+        TPX_COMM_PLUGIN_ABI_VERSION, " (the version this program reads); rebuild the plugin "
+        "against this tpx, or use a newer tpx."));
+  }
+  if (header->magic != TPX_COMM_PLUGIN_MAGIC) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "comm backend '%s': %s returned a header with magic 0x%08x, expected 0x%08x; the file "
+        "is not a tpx comm plugin or is corrupt.",
+        std::string(name), path, header->magic, TPX_COMM_PLUGIN_MAGIC));
+  }
+  if (header->abi_version != TPX_COMM_PLUGIN_ABI_VERSION ||
+      header->struct_size < sizeof(tpx_comm_plugin_header_t)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " implements plugin ABI version ",
+        header->abi_version, " but this program reads version ", TPX_COMM_PLUGIN_ABI_VERSION,
+        "; rebuild the plugin and the program from the same tpx sources."));
+  }
+  const auto* api = reinterpret_cast<const tpx_comm_plugin_v1_t*>(header);
+  if (api->init == nullptr || api->comm_create == nullptr || api->comm_split == nullptr ||
+      api->comm_destroy == nullptr || api->post == nullptr || api->test == nullptr ||
+      api->wait == nullptr || api->request_free == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " leaves a required function pointer null"));
+  }
+  const std::string plugin_name = header->name ? header->name : "";
+  if (plugin_name != name) {
+    return absl::FailedPreconditionError(absl::StrCat("comm backend '", name, "': ", path,
+                                                      " calls itself '", plugin_name, "'"));
+  }
+  tpx_error_t err{};
+  int rc = api->init(&err);
+  if (rc != TPX_OK) {
+    // Keep the library loaded: a failed init may have started threads.
+    return PluginCodeToStatus(rc, err,
+                              absl::StrCat("comm backend '", name, "' (", path,
+                                           "): initialisation failed"));
+  }
+  auto plugin = std::shared_ptr<Plugin>(new Plugin());
+  plugin->api_ = api;
+  plugin->name_ = plugin_name;
+  plugin->version_ = header->version ? header->version : "";
+  plugin->path_ = path;
+  // The library stays loaded for the life of the process: requests and
+  // communicators may still point into it during shutdown.
+  return std::shared_ptr<const Plugin>(std::move(plugin));
+}
+
+absl::StatusOr<std::shared_ptr<const Plugin>> LoadPlugin(absl::string_view name) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::string, std::shared_ptr<const Plugin>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(std::string(name));
+  if (it != cache->end()) return it->second;
+  if (name.empty() || name.find('/') != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("comm backend name '", name,
+                                                   "' is invalid (expected e.g. 'ucx')"));
+  }
+  std::vector<std::string> tried = PluginSearchPaths(name);
+  for (const std::string& path : tried) {
+    if (!Exists(path)) continue;
+    absl::StatusOr<std::shared_ptr<const Plugin>> plugin = LoadPluginFromFile(path, name);
+    if (plugin.ok()) cache->emplace(std::string(name), *plugin);
+    return plugin;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "comm backend '", name, "': libtpx_comm_", name, ".so not found. Tried:\n  ",
+      absl::StrJoin(tried, "\n  "),
+      "\nSet TPX_COMM_PLUGIN_PATH to the directory holding it, or under Bazel add "
+      "data = [\"//comm_", name, ":libtpx_comm_", name,
+      ".so\"] to the binary or test. Choose another backend with --tpx_comm_backend or "
+      "TPX_COMM_BACKEND."));
+}
+
+}  // namespace tpx::comm

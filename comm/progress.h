@@ -1,0 +1,70 @@
+// Per-communicator progress heartbeat, used to explain failures: which op a
+// rank is stuck in and which peers never reached it.
+//
+//   ProgressTracker progress(store, "world", rank, size);
+//   progress.Entered(seq);  ... progress.Completed(seq);   // cheap: atomics only
+//   // On a timeout:
+//   std::string why = progress.Explain(seq);  // "ranks 3 and 5 never entered it; ..."
+//
+// A background thread publishes this rank's (last entered, last completed)
+// sequence numbers to the store at most once per `period`, and only when
+// they changed, so collectives never pay a store round trip. Explain()
+// publishes immediately, then reads every peer's last published state.
+#ifndef TPX_COMM_PROGRESS_H_
+#define TPX_COMM_PROGRESS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "comm/store.h"
+
+namespace tpx::comm {
+
+class ProgressTracker {
+ public:
+  // `store` must outlive the tracker. Keys live under
+  // "<comm_name>/tpx_progress/<rank>".
+  ProgressTracker(Store* store, std::string comm_name, int rank, int size,
+                  absl::Duration period = absl::Milliseconds(500));
+  ~ProgressTracker();
+  ProgressTracker(const ProgressTracker&) = delete;
+  ProgressTracker& operator=(const ProgressTracker&) = delete;
+
+  void Entered(uint64_t seq) { entered_.store(seq, std::memory_order_relaxed); }
+  void Completed(uint64_t seq);
+
+  uint64_t entered() const { return entered_.load(std::memory_order_relaxed); }
+  uint64_t completed() const { return completed_.load(std::memory_order_relaxed); }
+
+  // Says which ranks never entered collective `seq` and what they last
+  // completed, e.g. "ranks 3 and 5 never entered it; rank 3 last completed
+  // #1040, rank 5 last completed #1040". Blocks for at most ~`read_timeout`.
+  std::string Explain(uint64_t seq, absl::Duration read_timeout = absl::Seconds(1));
+
+ private:
+  void Run();
+  absl::Status Publish();
+
+  Store* store_;
+  std::string prefix_;
+  int rank_, size_;
+  absl::Duration period_;
+  std::atomic<uint64_t> entered_{0}, completed_{0};
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex publish_mu_;
+  uint64_t published_entered_ ABSL_GUARDED_BY(publish_mu_) = ~0ull;
+  uint64_t published_completed_ ABSL_GUARDED_BY(publish_mu_) = ~0ull;
+  std::thread thread_;
+};
+
+// "rank 3", "ranks 3 and 5", "ranks 1, 2 and 7".
+std::string FormatRankList(const std::vector<int>& ranks);
+
+}  // namespace tpx::comm
+
+#endif  // TPX_COMM_PROGRESS_H_

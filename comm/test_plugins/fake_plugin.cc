@@ -1,0 +1,112 @@
+// A single-rank plugin used to test the host side (loader, validation,
+// Work, numbering) without a real transport. Every operation on one rank is
+// a local copy. Exports tpx_fake_post_count() so tests can check that
+// rejected calls never reached the backend.
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+
+#include "comm/plugin_abi.h"
+
+struct tpx_comm_s {
+  int rank;
+};
+struct tpx_request_s {
+  int status;
+};
+
+namespace {
+
+std::atomic<long> g_posts{0};
+
+size_t ElementSize(tpx_dtype_t dtype) {
+  switch (dtype) {
+    case TPX_DTYPE_F32: case TPX_DTYPE_I32: return 4;
+    case TPX_DTYPE_BF16: case TPX_DTYPE_F16: return 2;
+    case TPX_DTYPE_I64: return 8;
+    case TPX_DTYPE_BOOL: return 1;
+  }
+  return 1;
+}
+
+void Copy(void* dst, int64_t dst_off, const void* src, int64_t src_off, int64_t n, size_t es) {
+  if (n <= 0) return;
+  char* d = static_cast<char*>(dst) + dst_off * es;
+  const char* s = static_cast<const char*>(src) + src_off * es;
+  if (d != s) std::memmove(d, s, n * es);
+}
+
+int Init(tpx_error_t*) { return TPX_OK; }
+
+int CommCreate(const tpx_comm_config_v1_t* config, tpx_comm_t* out, tpx_error_t* err) {
+  if (config->size != 1) {
+    std::snprintf(err->message, sizeof(err->message), "fake backend supports one rank only");
+    return TPX_ERR_UNIMPLEMENTED;
+  }
+  *out = new tpx_comm_s{config->rank};
+  return TPX_OK;
+}
+
+int CommSplit(tpx_comm_t, int32_t, int32_t, const int32_t*, const tpx_comm_config_v1_t* config,
+              tpx_comm_t* out, tpx_error_t* err) {
+  return CommCreate(config, out, err);
+}
+
+int CommDestroy(tpx_comm_t comm, tpx_error_t*) {
+  delete comm;
+  return TPX_OK;
+}
+
+int Post(tpx_comm_t, const tpx_coll_args_v1_t* a, tpx_request_t* out, tpx_error_t* err) {
+  g_posts.fetch_add(1);
+  const size_t es = ElementSize(a->dtype);
+  switch (a->kind) {
+    case TPX_COLL_ALL_REDUCE: case TPX_COLL_REDUCE:
+      Copy(a->recv, 0, a->send, 0, a->count, es);
+      break;
+    case TPX_COLL_ALL_GATHER_V:
+      Copy(a->recv, a->recv_displs[0], a->send, 0, a->recv_counts[0], es);
+      break;
+    case TPX_COLL_GATHER_V:
+      Copy(a->recv, a->recv_displs[0], a->send, 0, a->count, es);
+      break;
+    case TPX_COLL_REDUCE_SCATTER_V: case TPX_COLL_SCATTER_V:
+      Copy(a->recv, 0, a->send, a->send_displs[0], a->send_counts[0], es);
+      break;
+    case TPX_COLL_ALL_TO_ALL_V:
+      Copy(a->recv, a->recv_displs[0], a->send, a->send_displs[0], a->send_counts[0], es);
+      break;
+    case TPX_COLL_BROADCAST: case TPX_COLL_BARRIER:
+      break;
+    default:
+      std::snprintf(err->message, sizeof(err->message), "fake backend: op %d unsupported",
+                    static_cast<int>(a->kind));
+      return TPX_ERR_UNIMPLEMENTED;
+  }
+  *out = new tpx_request_s{TPX_OK};
+  return TPX_OK;
+}
+
+int Test(tpx_request_t r, int* done, tpx_error_t*) {
+  *done = 1;
+  return r->status;
+}
+int Wait(tpx_request_t r, int64_t, tpx_error_t*) { return r->status; }
+void RequestFree(tpx_request_t r) { delete r; }
+
+const tpx_comm_plugin_v1_t kPlugin = {
+    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "fake",
+     "fake-1"},
+    &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
+tpx_comm_plugin_entry(uint32_t) {
+  return &kPlugin.header;
+}
+
+extern "C" __attribute__((visibility("default"))) long tpx_fake_post_count() {
+  return g_posts.load();
+}

@@ -1,0 +1,186 @@
+// Reducing collectives: all_reduce, reduce, reduce_scatter_v.
+#include <cstring>
+#include <vector>
+
+#include "comm_ucx/collectives.h"
+#include "comm_ucx/reduce_kernels.h"
+#include "comm_ucx/ring.h"
+#include "comm_ucx/tunables.h"
+
+namespace tpx::ucx {
+namespace {
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+Status RequireReducible(const CollArgs& a) {
+  if (Reducible(a.dtype)) return Status();
+  return Status::Error(TPX_ERR_INVALID_ARGUMENT,
+                       std::string("ucx ") + CollName(a.kind) + ": dtype cannot be reduced");
+}
+
+// The accumulation buffer of a reduction: `target` itself when it has the
+// accumulation type (and may be written), else owned storage.
+class AccBuffer {
+ public:
+  AccBuffer(tpx_dtype_t dtype, const void* input, void* target, int64_t count) {
+    const size_t bytes = count * AccElementSize(dtype);
+    if (target != nullptr && AccElementSize(dtype) == ElementSize(dtype)) {
+      data_ = target;
+    } else {
+      owned_.resize(bytes);
+      data_ = owned_.data();
+    }
+    ToAcc(dtype, input, data_, count);
+  }
+  char* data() { return static_cast<char*>(data_); }
+
+ private:
+  std::vector<char> owned_;
+  void* data_;
+};
+
+// Recursive doubling over the largest power of two p <= n; the first
+// 2*(n-p) ranks pair up first (even sends to odd) and get the result back at
+// the end. Every rank ends with a bitwise identical `acc` (the ops commute).
+Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) {
+  const int n = io.size(), r = io.rank();
+  const size_t bytes = count * AccElementSize(a.dtype);
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  std::vector<char> tmp(bytes);
+  int vrank;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      io.Send(r + 1, Sub(kPhaseA, 0), acc, bytes);
+      vrank = -1;
+    } else {
+      TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(r - 1, Sub(kPhaseA, 0), tmp.data(), bytes)));
+      ReduceAcc(a.dtype, a.op, acc, tmp.data(), count);
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - rem;
+  }
+  if (vrank >= 0) {
+    int step = 1;
+    for (int mask = 1; mask < p; mask <<= 1, ++step) {
+      const int vpeer = vrank ^ mask;
+      const int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
+      io.Recv(peer, Sub(kPhaseA, step), tmp.data(), bytes);
+      io.Send(peer, Sub(kPhaseA, step), acc, bytes);
+      TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+      ReduceAcc(a.dtype, a.op, acc, tmp.data(), count);
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 1) {
+      io.Send(r - 1, Sub(kPhaseB, 0), acc, bytes);
+    } else {
+      TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+      io.Recv(r + 1, Sub(kPhaseB, 0), acc, bytes);
+    }
+  }
+  return io.WaitAll();
+}
+
+bool UseTree(const CollArgs& a, int world) {
+  return a.count * static_cast<int64_t>(ElementSize(a.dtype)) <=
+             static_cast<int64_t>(GetTunables().small_bytes) ||
+         a.count < world;
+}
+
+}  // namespace
+
+Status AllReduce(OpIo& io, const CollArgs& a) {
+  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  const int n = io.size(), r = io.rank();
+  if (a.count == 0) return Status();
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  if (n == 1) {
+    if (a.send != a.recv) std::memcpy(a.recv, a.send, a.count * esz);
+    return Status();
+  }
+  AccBuffer acc(a.dtype, a.send, a.recv, a.count);
+  if (UseTree(a, n)) {
+    TPX_UCX_RETURN_IF_ERROR(RecursiveDoubling(io, a, acc.data(), a.count));
+    FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
+    return Status();
+  }
+  // Reduce-scatter in the accumulation type, round this rank's block once,
+  // then all-gather the final values in the element type.
+  const Blocks blocks = EvenBlocks(a.count, n);
+  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
+  FromAcc(a.dtype, a.op, n, acc.data() + blocks.displs[r] * asz,
+          static_cast<char*>(a.recv) + blocks.displs[r] * esz, blocks.counts[r]);
+  return RingAllGather(io, a.recv, esz, blocks, kPhaseB);
+}
+
+Status Reduce(OpIo& io, const CollArgs& a) {
+  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  const int n = io.size(), r = io.rank(), root = a.peer;
+  if (a.count == 0) return Status();
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  if (n == 1) {
+    if (a.send != a.recv) std::memcpy(a.recv, a.send, a.count * esz);
+    return Status();
+  }
+  // Only the root's output buffer is written.
+  AccBuffer acc(a.dtype, a.send, r == root ? a.recv : nullptr, a.count);
+  if (UseTree(a, n)) {
+    const int vrank = Mod(r - root, n);
+    const size_t bytes = a.count * asz;
+    std::vector<char> tmp(bytes);
+    for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
+      if (vrank & mask) {
+        io.Send(Mod(vrank - mask + root, n), Sub(kPhaseA, step), acc.data(), bytes);
+        break;
+      }
+      if (vrank + mask < n) {
+        TPX_UCX_RETURN_IF_ERROR(
+            io.Wait(io.Recv(Mod(vrank + mask + root, n), Sub(kPhaseA, step), tmp.data(), bytes)));
+        ReduceAcc(a.dtype, a.op, acc.data(), tmp.data(), a.count);
+      }
+    }
+    TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+    if (r == root) FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
+    return Status();
+  }
+  const Blocks blocks = EvenBlocks(a.count, n);
+  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
+  const char* mine = acc.data() + blocks.displs[r] * asz;
+  if (r == root) {
+    FromAcc(a.dtype, a.op, n, mine, static_cast<char*>(a.recv) + blocks.displs[r] * esz,
+            blocks.counts[r]);
+    for (int i = 0; i < n; ++i) {
+      if (i == r || blocks.counts[i] == 0) continue;
+      io.Recv(i, Sub(kPhaseB, 0), static_cast<char*>(a.recv) + blocks.displs[i] * esz,
+              blocks.counts[i] * esz);
+    }
+    return io.WaitAll();
+  }
+  std::vector<char> out(blocks.counts[r] * esz);
+  FromAcc(a.dtype, a.op, n, mine, out.data(), blocks.counts[r]);
+  if (!out.empty()) io.Send(root, Sub(kPhaseB, 0), out.data(), out.size());
+  return io.WaitAll();
+}
+
+Status ReduceScatterV(OpIo& io, const CollArgs& a) {
+  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  const int n = io.size(), r = io.rank();
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const Blocks blocks = PackedBlocks(a.send_counts);
+  int64_t total = 0;
+  for (int64_t c : a.send_counts) total += c;
+  if (total == 0) return Status();
+  std::vector<char> acc(total * asz);
+  for (int i = 0; i < n; ++i) {
+    ToAcc(a.dtype, static_cast<const char*>(a.send) + a.send_displs[i] * esz,
+          acc.data() + blocks.displs[i] * asz, blocks.counts[i]);
+  }
+  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
+  FromAcc(a.dtype, a.op, n, acc.data() + blocks.displs[r] * asz, a.recv, blocks.counts[r]);
+  return Status();
+}
+
+}  // namespace tpx::ucx

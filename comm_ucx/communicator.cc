@@ -1,0 +1,246 @@
+#include "comm_ucx/communicator.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#include "comm_ucx/tunables.h"
+
+namespace tpx::ucx {
+
+void OpState::Complete(Status status) {
+  status_ = std::move(status);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+bool OpState::WaitUntil(Clock::time_point deadline, bool forever) {
+  const auto start = Clock::now();
+  const auto spin = std::chrono::microseconds(GetTunables().spin_us);
+  // Yield-poll first: a futex wake-up costs more than most operations.
+  for (uint32_t i = 0; !done(); ++i) {
+    if ((i & 7) == 0 && Clock::now() - start >= spin) break;
+    sched_yield();
+  }
+  if (done()) return true;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (forever) {
+    cv_.wait(lock, [&] { return done(); });
+    return true;
+  }
+  return cv_.wait_until(lock, deadline, [&] { return done(); });
+}
+
+Status Communicator::Create(const tpx_comm_config_v1_t& config,
+                            std::unique_ptr<Communicator>* out) {
+  if (config.store == nullptr) {
+    return Status::Error(TPX_ERR_INVALID_ARGUMENT,
+                         "ucx: the communicator config has no store for address exchange");
+  }
+  std::unique_ptr<Worker> worker;
+  Status s = Worker::Create(config, &worker);
+  if (!s.ok()) {
+    return Status::Error(s.code(), "ucx: creating communicator '" + std::string(config.name) +
+                                       "' (rank " + std::to_string(config.rank) + " of " +
+                                       std::to_string(config.size) + "): " + s.message());
+  }
+  out->reset(new Communicator(config, std::move(worker)));
+  return Status();
+}
+
+Communicator::Communicator(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker> worker)
+    : name_(config.name),
+      timeout_ms_(config.timeout_ms > 0 ? config.timeout_ms : 300000),
+      worker_(std::move(worker)) {
+  executor_ = std::thread([this] { ExecutorLoop(); });
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    stopping_.store(true);
+  }
+  cv_.notify_all();
+  executor_.join();
+  std::lock_guard<std::mutex> drive(drive_mu_);
+  // Nothing may keep a caller's buffer or wait forever.
+  const Status aborted =
+      Status::Error(TPX_ERR_ABORTED, "ucx communicator '" + name_ + "' was destroyed");
+  for (InFlight& f : in_flight_) {
+    const bool still_running = f.io != nullptr;
+    f.io.reset();
+    f.state->Complete(still_running ? aborted : f.result);
+  }
+  in_flight_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Queued& q : queue_) q.state->Complete(aborted);
+    queue_.clear();
+  }
+  const auto flush = std::chrono::milliseconds(std::min<int64_t>(timeout_ms_, 2000));
+  worker_->CloseEndpoints(Clock::now() + flush, /*force=*/!failed_.ok());
+}
+
+std::shared_ptr<OpState> Communicator::Post(const tpx_coll_args_v1_t& args) {
+  auto state = std::make_shared<OpState>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Queued{CollArgs::From(args, worker_->size()), state});
+    queued_.fetch_add(1, std::memory_order_release);
+    if (!executor_sleeping_) return state;
+  }
+  cv_.notify_one();
+  return state;
+}
+
+bool Communicator::Wait(OpState& op, int64_t timeout_ms) {
+  const bool forever = timeout_ms < 0;
+  const auto deadline = forever ? Clock::time_point::max()
+                                : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Run the operations on this thread when nobody else is. An operation
+  // cannot be interrupted, so only when the wait may last as long as the
+  // communicator's own timeout.
+  const bool may_drive = forever || timeout_ms >= timeout_ms_;
+  while (!op.done()) {
+    if (may_drive) {
+      std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+      if (drive.owns_lock()) {
+        Drive(&op);
+        continue;
+      }
+    }
+    // Another thread drives; look again now and then in case it stops
+    // before reaching this operation.
+    const auto slice = Clock::now() + std::chrono::milliseconds(1);
+    if (op.WaitUntil(may_drive ? std::min(slice, deadline) : deadline, false)) return true;
+    if (Clock::now() >= deadline) return false;
+  }
+  return true;
+}
+
+void Communicator::ExecutorLoop() {
+  // While the communicator is busy the executor ticks every `tick` and runs
+  // work that has waited a whole tick without any thread driving it (a
+  // waiting thread normally runs its own operations). After a quiet spell it
+  // sleeps until the next post wakes it. No wake-up per operation.
+  const auto tick = std::chrono::microseconds(std::max<int64_t>(GetTunables().spin_us, 10));
+  const auto quiet = std::chrono::milliseconds(10);
+  auto last_work = Clock::now();
+  bool work_seen = false;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (!HasWork()) {
+      work_seen = false;
+      if (Clock::now() - last_work > quiet) {
+        executor_sleeping_ = true;
+        cv_.wait(lock, [&] { return stop_ || HasWork(); });
+        executor_sleeping_ = false;
+      } else {
+        cv_.wait_for(lock, tick, [&] { return stop_; });
+      }
+      continue;
+    }
+    last_work = Clock::now();
+    if (!work_seen) {
+      work_seen = true;
+      cv_.wait_for(lock, tick, [&] { return stop_; });
+      continue;
+    }
+    work_seen = false;
+    lock.unlock();
+    {
+      std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+      if (drive.owns_lock()) Drive(nullptr);
+    }
+    lock.lock();
+  }
+}
+
+bool Communicator::PopQueued(Queued* out) {
+  if (queued_.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return false;
+  *out = std::move(queue_.front());
+  queue_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_release);
+  return true;
+}
+
+void Communicator::Drive(const OpState* target) {
+  Backoff backoff;
+  while (target != nullptr ? !target->done() : HasWork()) {
+    if (stopping_.load(std::memory_order_relaxed)) return;
+    Queued op;
+    if (PopQueued(&op)) {
+      Execute(std::move(op));
+      backoff.Reset();
+      continue;
+    }
+    if (in_flight_.empty()) return;  // `target` is being run by another thread
+    if (PollInFlight()) {
+      backoff.Reset();
+    } else {
+      backoff.Idle(*worker_);
+    }
+  }
+}
+
+void Communicator::Execute(Queued op) {
+  const CollArgs& a = op.args;
+  if (!failed_.ok()) {
+    in_flight_.push_back(InFlight{
+        nullptr, op.state,
+        Status::Error(failed_.code(), "ucx " + std::string(CollName(a.kind)) +
+                                          ": communicator '" + name_ +
+                                          "' failed earlier: " + failed_.message())});
+    in_flight_count_.fetch_add(1, std::memory_order_release);
+    PollInFlight();
+    return;
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  const uint64_t seq = IsPointToPoint(a.kind) ? p2p_seq_++ : coll_seq_++;
+  auto io = std::make_unique<OpIo>(*worker_, CollName(a.kind), seq, deadline);
+  Status s = RunCollective(*io, a);
+  if (IsPointToPoint(a.kind) && s.ok()) {
+    in_flight_.push_back(InFlight{std::move(io), op.state, Status()});
+  } else {
+    io.reset();
+    if (!s.ok()) NoteFailure(s);
+    in_flight_.push_back(InFlight{nullptr, op.state, std::move(s)});
+  }
+  in_flight_count_.fetch_add(1, std::memory_order_release);
+  PollInFlight();
+}
+
+bool Communicator::PollInFlight() {
+  bool any = false;
+  for (InFlight& f : in_flight_) {
+    if (f.io == nullptr) continue;
+    bool done = false;
+    Status s = f.io->Test(&done);
+    if (!s.ok()) NoteFailure(s);
+    if (done || !s.ok()) {
+      f.io.reset();
+      f.result = std::move(s);
+      any = true;
+    }
+  }
+  while (!in_flight_.empty() && in_flight_.front().io == nullptr) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    in_flight_count_.fetch_sub(1, std::memory_order_release);
+    f.state->Complete(std::move(f.result));
+    any = true;
+  }
+  return any;
+}
+
+void Communicator::NoteFailure(const Status& status) {
+  if (failed_.ok()) failed_ = status;
+}
+
+}  // namespace tpx::ucx

@@ -1,0 +1,194 @@
+#include "comm_ucx/p2p.h"
+
+#include <algorithm>
+#include <set>
+
+namespace tpx::ucx {
+namespace {
+
+constexpr uint64_t kUserTagBit = 1ull << 63;
+constexpr uint64_t kFullMask = ~0ull;
+
+void SendDone(void*, ucs_status_t, void*) {}
+void RecvDone(void*, ucs_status_t, const ucp_tag_recv_info_t*, void*) {}
+
+std::string RankList(const std::set<int>& ranks) {
+  std::string out = "[";
+  for (int r : ranks) out += (out.size() > 1 ? ", " : "") + std::to_string(r);
+  return out + "]";
+}
+
+}  // namespace
+
+OpIo::OpIo(Worker& worker, std::string op_name, uint64_t seq, Clock::time_point deadline)
+    : worker_(worker),
+      op_name_(std::move(op_name)),
+      seq_(seq),
+      deadline_(deadline) {}
+
+OpIo::~OpIo() { Abandon(); }
+
+uint64_t OpIo::CollTag(uint32_t sub, int src) const {
+  return ((seq_ & ((1ull << 23) - 1)) << 40) | (static_cast<uint64_t>(sub & 0xFFFFFF) << 16) |
+         static_cast<uint64_t>(src & 0xFFFF);
+}
+
+size_t OpIo::Send(int peer, uint32_t sub, const void* buf, size_t bytes) {
+  return Start(peer, CollTag(sub, rank()), buf, bytes, false);
+}
+size_t OpIo::Recv(int peer, uint32_t sub, void* buf, size_t bytes) {
+  return Start(peer, CollTag(sub, peer), buf, bytes, true);
+}
+size_t OpIo::SendTagged(int peer, int32_t tag, const void* buf, size_t bytes) {
+  uint64_t t = kUserTagBit | (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 16) |
+               static_cast<uint64_t>(rank() & 0xFFFF);
+  return Start(peer, t, buf, bytes, false);
+}
+size_t OpIo::RecvTagged(int peer, int32_t tag, void* buf, size_t bytes) {
+  uint64_t t = kUserTagBit | (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 16) |
+               static_cast<uint64_t>(peer & 0xFFFF);
+  return Start(peer, t, buf, bytes, true);
+}
+
+size_t OpIo::Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool is_recv) {
+  size_t index = pending_.size();
+  pending_.push_back(Pending{nullptr, peer, is_recv});
+  if (!error_.ok()) return index;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+  void* req;
+  if (is_recv) {
+    param.cb.recv = &RecvDone;
+    req = ucp_tag_recv_nbx(worker_.handle(), const_cast<void*>(buf), bytes, tag, kFullMask, &param);
+  } else {
+    param.cb.send = &SendDone;
+    req = ucp_tag_send_nbx(worker_.endpoint(peer), buf, bytes, tag, &param);
+  }
+  if (UCS_PTR_IS_ERR(req)) {
+    Fail(TPX_ERR_UNAVAILABLE, std::string(is_recv ? "receiving from" : "sending to") + " rank " +
+                                  std::to_string(peer) + " failed: " +
+                                  ucs_status_string(UCS_PTR_STATUS(req)));
+  } else {
+    pending_[index].request = req;
+  }
+  return index;
+}
+
+Status OpIo::CheckHealth() {
+  // Only peers this op still waits on matter: a rank that finished and left
+  // must not fail operations it takes no part in.
+  worker_.CheckLocalPeers();
+  if (worker_.failure_count() != 0) {
+    std::set<int> failed;
+    for (size_t i = first_incomplete_; i < pending_.size(); ++i) {
+      const Pending& p = pending_[i];
+      if (p.request != nullptr && worker_.peer_status(p.peer) != UCS_OK) failed.insert(p.peer);
+    }
+    if (!failed.empty()) {
+      std::string what;
+      for (int peer : failed) {
+        if (!what.empty()) what += "; ";
+        what += "rank " + std::to_string(peer) + " (" + worker_.peer_failure(peer) + ")";
+      }
+      return Fail(TPX_ERR_UNAVAILABLE, "peer unreachable: " + what);
+    }
+  }
+  if (Clock::now() >= deadline_) return Fail(TPX_ERR_DEADLINE_EXCEEDED, "timed out");
+  return Status();
+}
+
+Status OpIo::Wait(size_t index) {
+  if (!error_.ok()) return error_;
+  Pending& p = pending_[index];
+  Backoff backoff;
+  uint32_t busy_rounds = 0;
+  while (p.request != nullptr) {
+    ucs_status_t s = ucp_request_check_status(p.request);
+    if (s != UCS_INPROGRESS) {
+      ucp_request_free(p.request);
+      p.request = nullptr;
+      if (s != UCS_OK) {
+        return Fail(TPX_ERR_UNAVAILABLE,
+                    std::string(p.is_recv ? "receive from" : "send to") + " rank " +
+                        std::to_string(p.peer) + " failed: " + ucs_status_string(s));
+      }
+      break;
+    }
+    if (worker_.Progress() && (++busy_rounds & 1023) != 0) {
+      backoff.Reset();
+      continue;
+    }
+    TPX_UCX_RETURN_IF_ERROR(CheckHealth());
+    backoff.Idle(worker_);
+  }
+  return Status();
+}
+
+Status OpIo::WaitAll() {
+  for (; first_incomplete_ < pending_.size(); ++first_incomplete_) {
+    TPX_UCX_RETURN_IF_ERROR(Wait(first_incomplete_));
+  }
+  return error_;
+}
+
+Status OpIo::Test(bool* done) {
+  *done = false;
+  if (!error_.ok()) return error_;
+  worker_.Progress();
+  for (; first_incomplete_ < pending_.size(); ++first_incomplete_) {
+    Pending& p = pending_[first_incomplete_];
+    if (p.request == nullptr) continue;
+    if (ucp_request_check_status(p.request) == UCS_INPROGRESS) return CheckHealth();
+    TPX_UCX_RETURN_IF_ERROR(Wait(first_incomplete_));  // completed: frees, reports errors
+  }
+  *done = true;
+  return Status();
+}
+
+Status OpIo::Fail(int code, const std::string& why) {
+  if (!error_.ok()) return error_;
+  std::set<int> waiting;
+  for (const Pending& p : pending_) {
+    if (p.request != nullptr && ucp_request_check_status(p.request) == UCS_INPROGRESS) {
+      waiting.insert(p.peer);
+    }
+  }
+  std::string msg = "ucx " + op_name_ + " (seq " + std::to_string(seq_) + ") on rank " +
+                    std::to_string(rank()) + ": " + why;
+  if (!waiting.empty()) msg += "; still waiting on ranks " + RankList(waiting);
+  error_ = Status::Error(code, msg);
+  Abandon();
+  return error_;
+}
+
+void OpIo::Abandon() {
+  bool sends_pending = false;
+  for (Pending& p : pending_) {
+    if (p.request == nullptr) continue;
+    if (ucp_request_check_status(p.request) != UCS_INPROGRESS) {
+      ucp_request_free(p.request);
+      p.request = nullptr;
+    } else if (p.is_recv) {
+      ucp_request_cancel(worker_.handle(), p.request);
+    } else {
+      sends_pending = true;
+    }
+  }
+  // Sends cannot be cancelled; closing the endpoints forcibly completes them,
+  // so that no buffer of the caller stays referenced after the op returns.
+  // The communicator is failed afterwards anyway.
+  if (sends_pending && !worker_.closed()) {
+    worker_.CloseEndpoints(Clock::now() + std::chrono::milliseconds(100), /*force=*/true);
+  }
+  auto until = Clock::now() + std::chrono::seconds(1);
+  for (Pending& p : pending_) {
+    if (p.request == nullptr) continue;
+    while (ucp_request_check_status(p.request) == UCS_INPROGRESS && Clock::now() < until) {
+      worker_.Progress();
+    }
+    ucp_request_free(p.request);
+    p.request = nullptr;
+  }
+}
+
+}  // namespace tpx::ucx

@@ -1,0 +1,80 @@
+// Tagged point-to-point messages of one operation, with deadline and peer
+// failure handling. Every collective algorithm talks through an OpIo.
+//
+//   OpIo io(worker, "all_reduce", seq, deadline);
+//   size_t r = io.Recv(left, Sub(kPhaseRs, step, c), tmp, bytes);
+//   io.Send(right, Sub(kPhaseRs, step, c), data, bytes);
+//   TPX_UCX_RETURN_IF_ERROR(io.Wait(r));
+//   TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+//
+// Tags: bit 63 = user send/recv; otherwise bits 40..62 the collective's
+// sequence number, 16..39 a sub-id (phase, step, chunk) and 0..15 the source
+// rank, so that early messages of a later collective never match this one.
+// On failure (timeout, dead peer, UCX error) the remaining requests are
+// cancelled and the error names the operation and the peers still pending.
+#ifndef TPX_COMM_UCX_P2P_H_
+#define TPX_COMM_UCX_P2P_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm_ucx/status.h"
+#include "comm_ucx/ucx_worker.h"
+
+namespace tpx::ucx {
+
+// Sub-id of a message within one collective: 2 bits phase, 22 bits index.
+inline uint32_t Sub(uint32_t phase, uint64_t index) {
+  return (phase << 22) | static_cast<uint32_t>(index & ((1u << 22) - 1));
+}
+
+class OpIo {
+ public:
+  // `seq` scopes the tags; `user_tag` >= 0 selects the send/recv tag space.
+  OpIo(Worker& worker, std::string op_name, uint64_t seq, Clock::time_point deadline);
+  ~OpIo();
+  OpIo(const OpIo&) = delete;
+  OpIo& operator=(const OpIo&) = delete;
+
+  int rank() const { return worker_.rank(); }
+  int size() const { return worker_.size(); }
+
+  // Start a message; the returned index is passed to Wait.
+  size_t Send(int peer, uint32_t sub, const void* buf, size_t bytes);
+  size_t Recv(int peer, uint32_t sub, void* buf, size_t bytes);
+  // The user send/recv tag space.
+  size_t SendTagged(int peer, int32_t tag, const void* buf, size_t bytes);
+  size_t RecvTagged(int peer, int32_t tag, void* buf, size_t bytes);
+
+  Status Wait(size_t index);
+  Status WaitAll();
+  // Non-blocking: one round of progress; *done once every message completed.
+  Status Test(bool* done);
+
+ private:
+  struct Pending {
+    void* request;  // nullptr once complete
+    int peer;
+    bool is_recv;
+  };
+  size_t Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool is_recv);
+  uint64_t CollTag(uint32_t sub, int src) const;
+  Status CheckHealth();
+  Status Fail(int code, const std::string& why);
+  // Cancels and releases every incomplete request (bounded wait).
+  void Abandon();
+
+  Worker& worker_;
+  std::string op_name_;
+  uint64_t seq_;
+  Clock::time_point deadline_;
+  std::vector<Pending> pending_;
+  size_t first_incomplete_ = 0;
+  Status error_;
+};
+
+}  // namespace tpx::ucx
+
+#endif  // TPX_COMM_UCX_P2P_H_

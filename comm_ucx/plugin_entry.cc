@@ -1,0 +1,100 @@
+// The plugin's one exported symbol and the C ABI functions behind it
+// (comm/plugin_abi.h). Everything else in the plugin has hidden visibility.
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "comm/plugin_abi.h"
+#include "comm_ucx/communicator.h"
+#include "comm_ucx/status.h"
+#include "comm_ucx/ucx_worker.h"
+
+struct tpx_comm_s {
+  std::unique_ptr<tpx::ucx::Communicator> comm;
+};
+struct tpx_request_s {
+  // The communicator outlives its requests' waits (the host waits before
+  // destroying); once destroyed, every state is complete and it is unused.
+  tpx::ucx::Communicator* comm;
+  std::shared_ptr<tpx::ucx::OpState> state;
+};
+
+namespace tpx::ucx {
+namespace {
+
+int Report(const Status& s, tpx_error_t* err) {
+  if (!s.ok() && err != nullptr) {
+    std::snprintf(err->message, sizeof(err->message), "%s", s.message().c_str());
+  }
+  return s.code();
+}
+
+int Init(tpx_error_t* err) {
+  ucp_context_h context;
+  return Report(GetContext(&context), err);
+}
+
+int CommCreate(const tpx_comm_config_v1_t* config, tpx_comm_t* out, tpx_error_t* err) {
+  auto handle = std::make_unique<tpx_comm_s>();
+  Status s = Communicator::Create(*config, &handle->comm);
+  if (!s.ok()) return Report(s, err);
+  *out = handle.release();
+  return TPX_OK;
+}
+
+int CommSplit(tpx_comm_t, int32_t, int32_t, const int32_t*, const tpx_comm_config_v1_t* config,
+              tpx_comm_t* out, tpx_error_t* err) {
+  // A split communicator gets its own worker and endpoints; its addresses go
+  // through the store under the new communicator's unique name.
+  return CommCreate(config, out, err);
+}
+
+int CommDestroy(tpx_comm_t comm, tpx_error_t*) {
+  delete comm;
+  return TPX_OK;
+}
+
+int Post(tpx_comm_t comm, const tpx_coll_args_v1_t* args, tpx_request_t* out, tpx_error_t*) {
+  *out = new tpx_request_s{comm->comm.get(), comm->comm->Post(*args)};
+  return TPX_OK;
+}
+
+int Test(tpx_request_t request, int* done, tpx_error_t* err) {
+  *done = request->state->done() ? 1 : 0;
+  return *done ? Report(request->state->status(), err) : TPX_OK;
+}
+
+int Wait(tpx_request_t request, int64_t timeout_ms, tpx_error_t* err) {
+  if (!request->state->done() && !request->comm->Wait(*request->state, timeout_ms)) {
+    return Report(Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
+                                "ucx: operation still running after " +
+                                    std::to_string(timeout_ms) + " ms of waiting"),
+                  err);
+  }
+  return Report(request->state->status(), err);
+}
+
+void RequestFree(tpx_request_t request) { delete request; }
+
+const tpx_comm_plugin_v1_t kPlugin = {
+    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "ucx",
+     "tpx-ucx 1.0 (UCX API 1.13)"},
+    &Init,
+    &CommCreate,
+    &CommSplit,
+    &CommDestroy,
+    &Post,
+    &Test,
+    &Wait,
+    /*stream_wait=*/nullptr,
+    &RequestFree,
+};
+
+}  // namespace
+}  // namespace tpx::ucx
+
+extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
+tpx_comm_plugin_entry(uint32_t host_abi_version) {
+  if (host_abi_version < 1) return nullptr;
+  return &tpx::ucx::kPlugin.header;
+}

@@ -1,0 +1,186 @@
+#include "comm_ucx/reduce_kernels.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace tpx::ucx {
+namespace {
+
+// bf16/f16 <-> f32 live here rather than in core/dtype so that the plugin
+// depends on the C ABI only, and so the loops vectorise (F16C for f16).
+inline float Bf16ToF32(uint16_t b) {
+  uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t F32ToBf16(float f) {  // round to nearest even, quiet NaN
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void Bf16ToF32N(const uint16_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
+}
+void F32ToBf16N(const float* src, uint16_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
+}
+void F16ToF32N(const uint16_t* src, float* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = _cvtsh_ss(src[i]);
+}
+void F32ToF16N(const float* src, uint16_t* dst, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+template <typename T>
+void ReduceTyped(tpx_reduce_op_t op, T* __restrict acc, const T* __restrict in, size_t n) {
+  switch (op) {
+    case TPX_REDUCE_SUM:
+    case TPX_REDUCE_AVG:
+      for (size_t i = 0; i < n; ++i) acc[i] += in[i];
+      break;
+    case TPX_REDUCE_PROD:
+      for (size_t i = 0; i < n; ++i) acc[i] *= in[i];
+      break;
+    case TPX_REDUCE_MAX:
+      for (size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
+      break;
+    case TPX_REDUCE_MIN:
+      for (size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
+      break;
+  }
+}
+
+template <typename T>
+void DivideTyped(const T* acc, T* dst, size_t n, int world) {
+  const T d = static_cast<T>(world);
+  for (size_t i = 0; i < n; ++i) dst[i] = acc[i] / d;
+}
+
+}  // namespace
+
+size_t ElementSize(tpx_dtype_t dtype) {
+  switch (dtype) {
+    case TPX_DTYPE_F32:
+    case TPX_DTYPE_I32:
+      return 4;
+    case TPX_DTYPE_BF16:
+    case TPX_DTYPE_F16:
+      return 2;
+    case TPX_DTYPE_I64:
+      return 8;
+    case TPX_DTYPE_BOOL:
+      return 1;
+  }
+  return 1;
+}
+
+size_t AccElementSize(tpx_dtype_t dtype) {
+  return (dtype == TPX_DTYPE_BF16 || dtype == TPX_DTYPE_F16) ? 4 : ElementSize(dtype);
+}
+
+bool Reducible(tpx_dtype_t dtype) { return dtype != TPX_DTYPE_BOOL; }
+
+void ToAcc(tpx_dtype_t dtype, const void* src, void* acc, size_t n) {
+  switch (dtype) {
+    case TPX_DTYPE_BF16:
+      Bf16ToF32N(static_cast<const uint16_t*>(src), static_cast<float*>(acc), n);
+      return;
+    case TPX_DTYPE_F16:
+      F16ToF32N(static_cast<const uint16_t*>(src), static_cast<float*>(acc), n);
+      return;
+    default:
+      if (src != acc) std::memcpy(acc, src, n * ElementSize(dtype));
+      return;
+  }
+}
+
+void ReduceAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc, const void* in, size_t n) {
+  switch (dtype) {
+    case TPX_DTYPE_F32:
+    case TPX_DTYPE_BF16:
+    case TPX_DTYPE_F16:
+      ReduceTyped(op, static_cast<float*>(acc), static_cast<const float*>(in), n);
+      return;
+    case TPX_DTYPE_I32:
+      ReduceTyped(op, static_cast<int32_t*>(acc), static_cast<const int32_t*>(in), n);
+      return;
+    case TPX_DTYPE_I64:
+      ReduceTyped(op, static_cast<int64_t*>(acc), static_cast<const int64_t*>(in), n);
+      return;
+    case TPX_DTYPE_BOOL:
+      return;
+  }
+}
+
+void FromAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, const void* acc, void* dst,
+             size_t n) {
+  const bool avg = op == TPX_REDUCE_AVG && world > 1;
+  switch (dtype) {
+    case TPX_DTYPE_F32:
+    case TPX_DTYPE_BF16:
+    case TPX_DTYPE_F16: {
+      const float* a = static_cast<const float*>(acc);
+      if (dtype == TPX_DTYPE_F32) {
+        if (avg) {
+          DivideTyped(a, static_cast<float*>(dst), n, world);
+        } else if (acc != dst) {
+          std::memcpy(dst, acc, n * 4);
+        }
+        return;
+      }
+      // Divide in f32 in bounded pieces, then round to the half type once.
+      float tmp[1024];
+      for (size_t i = 0; i < n; i += 1024) {
+        size_t m = std::min<size_t>(1024, n - i);
+        const float* src = a + i;
+        if (avg) {
+          DivideTyped(src, tmp, m, world);
+          src = tmp;
+        }
+        uint16_t* out = static_cast<uint16_t*>(dst) + i;
+        if (dtype == TPX_DTYPE_BF16) {
+          F32ToBf16N(src, out, m);
+        } else {
+          F32ToF16N(src, out, m);
+        }
+      }
+      return;
+    }
+    case TPX_DTYPE_I32:
+      if (avg) {
+        DivideTyped(static_cast<const int32_t*>(acc), static_cast<int32_t*>(dst), n, world);
+      } else if (acc != dst) {
+        std::memcpy(dst, acc, n * 4);
+      }
+      return;
+    case TPX_DTYPE_I64:
+      if (avg) {
+        DivideTyped(static_cast<const int64_t*>(acc), static_cast<int64_t*>(dst), n, world);
+      } else if (acc != dst) {
+        std::memcpy(dst, acc, n * 8);
+      }
+      return;
+    case TPX_DTYPE_BOOL:
+      if (acc != dst) std::memcpy(dst, acc, n);
+      return;
+  }
+}
+
+}  // namespace tpx::ucx

@@ -1,0 +1,48 @@
+// Pipelined ring building blocks shared by the bandwidth-bound collectives.
+// Each block is cut into chunks (TPX_UCX_CHUNK_BYTES) so that a chunk is
+// forwarded to the right neighbour as soon as it arrived (and was reduced),
+// overlapping transfers of consecutive steps. Works for any world size and
+// for uneven and empty blocks.
+//
+//   Blocks b = EvenBlocks(count, world);
+//   RingReduceScatter(io, dtype, op, acc, b, kPhaseRs);   // acc block `rank` reduced
+//   RingAllGather(io, buf, elem_size, b, kPhaseAg);       // every block everywhere
+#ifndef TPX_COMM_UCX_RING_H_
+#define TPX_COMM_UCX_RING_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/plugin_abi.h"
+#include "comm_ucx/p2p.h"
+#include "comm_ucx/status.h"
+
+namespace tpx::ucx {
+
+// Per-rank blocks of a buffer, in elements.
+struct Blocks {
+  std::vector<int64_t> counts;
+  std::vector<int64_t> displs;
+  int64_t max_count() const;
+};
+// `count` split into `parts` near-equal contiguous blocks.
+Blocks EvenBlocks(int64_t count, int parts);
+// Contiguous blocks with the given counts.
+Blocks PackedBlocks(const std::vector<int64_t>& counts);
+
+// Sub-id phases; a collective that runs two ring passes uses two phases.
+enum Phase : uint32_t { kPhaseA = 0, kPhaseB = 1, kPhaseC = 2, kPhaseD = 3 };
+
+// `acc` holds this rank's contribution in the accumulation type of `dtype`
+// (reduce_kernels.h) laid out by `blocks`; afterwards block `rank` holds the
+// reduction over all ranks (other blocks hold partial sums).
+Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc,
+                         const Blocks& blocks, Phase phase);
+
+// `buf` holds this rank's block (elements of `elem_size` bytes) in place;
+// afterwards it holds every rank's block.
+Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase);
+
+}  // namespace tpx::ucx
+
+#endif  // TPX_COMM_UCX_RING_H_

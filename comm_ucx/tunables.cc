@@ -1,0 +1,31 @@
+#include "comm_ucx/tunables.h"
+
+#include <cstdlib>
+
+namespace tpx::ucx {
+namespace {
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long long parsed = std::strtoll(v, &end, 10);
+  return (end != v && parsed >= 0) ? parsed : fallback;
+}
+
+}  // namespace
+
+const Tunables& GetTunables() {
+  static const Tunables tunables = [] {
+    Tunables t;
+    t.chunk_bytes = static_cast<size_t>(EnvInt("TPX_UCX_CHUNK_BYTES", 256 << 10));
+    if (t.chunk_bytes < 4096) t.chunk_bytes = 4096;
+    t.small_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SMALL_BYTES", 64 << 10));
+    t.spin_us = EnvInt("TPX_UCX_SPIN_US", 50);
+    t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
+    return t;
+  }();
+  return tunables;
+}
+
+}  // namespace tpx::ucx

@@ -1,0 +1,30 @@
+// Performance knobs of the UCX plugin, read once from the environment.
+//
+//   const Tunables& t = GetTunables();
+//   size_t chunk = t.chunk_bytes;
+//
+// TPX_UCX_CHUNK_BYTES      pipeline chunk of ring algorithms (default 256 KiB)
+// TPX_UCX_SMALL_BYTES      all-reduce/reduce/broadcast below this use
+//                          latency-optimal trees (default 64 KiB)
+// TPX_UCX_SPIN_US          busy-poll time before yielding (default 50)
+// TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
+#ifndef TPX_COMM_UCX_TUNABLES_H_
+#define TPX_COMM_UCX_TUNABLES_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tpx::ucx {
+
+struct Tunables {
+  size_t chunk_bytes;
+  size_t small_bytes;
+  int64_t spin_us;
+  int64_t yield_us;
+};
+
+const Tunables& GetTunables();
+
+}  // namespace tpx::ucx
+
+#endif  // TPX_COMM_UCX_TUNABLES_H_

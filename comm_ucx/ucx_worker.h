@@ -1,0 +1,119 @@
+// One UCX worker with endpoints to every rank of a communicator, plus the
+// process-wide UCP context they share.
+//
+//   std::unique_ptr<Worker> w;
+//   Status s = Worker::Create(config, &w);   // exchanges addresses via the store
+//   ucp_ep_h ep = w->endpoint(peer);
+//   while (!done) { if (!w->Progress()) backoff.Idle(*w); }
+//
+// A Worker is used by one thread at a time (the communicator's executor);
+// endpoint error callbacks run inside Progress() and record the failed peer.
+//
+// Peer failure detection: UCX 1.13's shared-memory transports cannot run in
+// UCP_ERR_HANDLING_MODE_PEER (UCX would fall back to TCP, several times
+// slower). So endpoints to ranks on this host use no UCX error handling and
+// the worker watches those processes itself (/proc/<pid>/stat), while
+// endpoints to other hosts use peer error handling with error callbacks.
+// TPX_UCX_PEER_ERR_MODE=1 forces peer error handling everywhere.
+#ifndef TPX_COMM_UCX_UCX_WORKER_H_
+#define TPX_COMM_UCX_UCX_WORKER_H_
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/plugin_abi.h"
+#include "comm_ucx/status.h"
+
+namespace tpx::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+// The process-wide UCP context, created on first use with this plugin's
+// defaults for settings the user did not set in the environment.
+Status GetContext(ucp_context_h* out);
+
+class Worker {
+ public:
+  // Creates a worker, publishes its address under `<name>/ucx/addr/<rank>`,
+  // reads every peer's address and connects endpoints (peer error mode).
+  static Status Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker>* out);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ucp_worker_h handle() const { return worker_; }
+  ucp_ep_h endpoint(int peer) const { return eps_[peer]; }
+
+  // Runs one round of UCX progress; true if anything happened.
+  bool Progress() { return ucp_worker_progress(worker_) != 0; }
+  // Sleeps until UCX has events or `max_sleep` passed (whichever first).
+  void Sleep(std::chrono::microseconds max_sleep);
+
+  // Peer failures reported by UCX: a counter that changes on each new one,
+  // and the status per peer (UCS_OK while healthy).
+  int failure_count() const { return failure_count_.load(std::memory_order_acquire); }
+  ucs_status_t peer_status(int peer) const { return peer_status_[peer]; }
+  // Why `peer` is considered failed ("" while healthy).
+  const std::string& peer_failure(int peer) const { return peer_failure_[peer]; }
+  // Checks (at most every few ms) whether local peer processes still exist.
+  void CheckLocalPeers();
+
+  // Closes every endpoint, flushing pending sends to healthy peers until
+  // `deadline` unless `force` (which also completes in-flight sends with an
+  // error, releasing their buffers).
+  void CloseEndpoints(Clock::time_point deadline, bool force);
+  bool closed() const { return closed_; }
+
+ private:
+  struct ErrArg {
+    Worker* worker;
+    int peer;
+  };
+  // Identity of a rank's process, published with its UCX address.
+  struct PeerProcess {
+    bool local = false;
+    int pid = 0;
+    uint64_t start_time = 0;
+  };
+  Worker(int rank, int size) : rank_(rank), size_(size) {}
+  static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void MarkFailed(int peer, ucs_status_t status, std::string why);
+
+  int rank_;
+  int size_;
+  ucp_worker_h worker_ = nullptr;
+  int efd_ = -1;
+  bool closed_ = false;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<ErrArg> err_args_;
+  std::vector<ucs_status_t> peer_status_;
+  std::vector<std::string> peer_failure_;
+  std::vector<PeerProcess> peers_;
+  Clock::time_point next_liveness_check_{};
+  std::atomic<int> failure_count_{0};
+};
+
+// Adaptive waiting for the executor: spins first (a cross-process wake-up
+// costs tens of microseconds), then yields the CPU, then sleeps on the
+// worker's event fd in short slices. Reset() after progress was made.
+class Backoff {
+ public:
+  void Reset() { idle_since_valid_ = false; }
+  void Idle(Worker& worker);
+
+ private:
+  bool idle_since_valid_ = false;
+  Clock::time_point idle_since_;
+  int spins_ = 0;
+};
+
+}  // namespace tpx::ucx
+
+#endif  // TPX_COMM_UCX_UCX_WORKER_H_

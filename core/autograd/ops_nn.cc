@@ -1,0 +1,288 @@
+// Differentiable reductions, softmax, matrix products and layer norm.
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/autograd/ops.h"
+#include "core/autograd/ops_internal.h"
+#include "core/ops.h"
+#include "core/status_macros.h"
+
+namespace tpx::ag {
+
+using internal::ApplyOp;
+using internal::LambdaOp;
+using internal::ReduceTo;
+using internal::Tensors;
+
+namespace {
+
+// g (the gradient of a reduction over dim d) broadcast back to `shape` as a
+// contiguous tensor, times `scale`.
+absl::StatusOr<Tensor> SpreadOverDim(const Tensor& g, const Shape& shape, int64_t d, bool keepdim,
+                                     double scale) {
+  Tensor gk = g;
+  if (!keepdim) {
+    TPX_ASSIGN_OR_RETURN(gk, g.Unsqueeze(d));
+  }
+  TPX_ASSIGN_OR_RETURN(Tensor expanded, gk.Expand(shape));
+  if (scale != 1.0) return ops::Scale(expanded, scale);
+  return expanded.Contiguous();
+}
+
+absl::StatusOr<Variable> Reduce(const Variable& x, int64_t dim, bool keepdim, bool mean) {
+  if (!x.defined()) return absl::InvalidArgumentError(mean ? "Mean: undefined Variable" : "Sum: undefined Variable");
+  TPX_ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, x.dim(), mean ? "Mean" : "Sum"));
+  return ApplyOp(
+      mean ? "Mean" : "Sum",
+      [d, keepdim, mean](LambdaOp&, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, mean ? ops::Mean(in[0], d, keepdim) : ops::Sum(in[0], d, keepdim));
+        return Tensors{y};
+      },
+      [d, keepdim, mean](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        const Shape& shape = op.input_shape(0);
+        double scale = mean ? 1.0 / static_cast<double>(shape[d]) : 1.0;
+        TPX_ASSIGN_OR_RETURN(Tensor dx, SpreadOverDim(g[0], shape, d, keepdim, scale));
+        return Tensors{dx};
+      },
+      {x});
+}
+
+absl::StatusOr<Variable> ReduceAll(const Variable& x, bool mean) {
+  return ApplyOp(
+      mean ? "MeanAll" : "SumAll",
+      [mean](LambdaOp&, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::SumAll(in[0]));
+        if (mean) {
+          TPX_ASSIGN_OR_RETURN(y, ops::Scale(y, 1.0 / static_cast<double>(in[0].numel())));
+        }
+        return Tensors{y};
+      },
+      [mean](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        const Shape& shape = op.input_shape(0);
+        TPX_ASSIGN_OR_RETURN(Tensor expanded, g[0].Expand(shape));
+        double scale = mean ? 1.0 / static_cast<double>(NumElements(shape)) : 1.0;
+        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Scale(expanded, scale));
+        return Tensors{dx};
+      },
+      {x});
+}
+
+}  // namespace
+
+absl::StatusOr<Variable> Sum(const Variable& x, int64_t dim, bool keepdim) {
+  return Reduce(x, dim, keepdim, /*mean=*/false);
+}
+absl::StatusOr<Variable> Mean(const Variable& x, int64_t dim, bool keepdim) {
+  return Reduce(x, dim, keepdim, /*mean=*/true);
+}
+absl::StatusOr<Variable> Sum(const Variable& x) { return ReduceAll(x, /*mean=*/false); }
+absl::StatusOr<Variable> Mean(const Variable& x) { return ReduceAll(x, /*mean=*/true); }
+
+absl::StatusOr<Variable> Max(const Variable& x, int64_t dim, bool keepdim) {
+  if (!x.defined()) return absl::InvalidArgumentError("Max: undefined Variable");
+  TPX_ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, x.dim(), "Max"));
+  return ApplyOp(
+      "Max",
+      [d, keepdim](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Max(in[0], d, keepdim));
+        TPX_ASSIGN_OR_RETURN(Tensor arg, ops::Argmax(in[0], d, /*keepdim=*/true));
+        op.Save({arg});
+        return Tensors{y};
+      },
+      [d, keepdim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        const Shape& shape = op.input_shape(0);
+        // One-hot of the argmax along d: positions [1, .., n, .., 1] == argmax.
+        TPX_ASSIGN_OR_RETURN(Tensor positions, Tensor::Arange(shape[d]));
+        Shape pos_shape(shape.size(), 1);
+        pos_shape[d] = shape[d];
+        TPX_ASSIGN_OR_RETURN(positions, positions.Reshape(pos_shape));
+        TPX_ASSIGN_OR_RETURN(Tensor arg, op.Saved(0).To(DType::kI64));
+        TPX_ASSIGN_OR_RETURN(Tensor one_hot, ops::Eq(positions, arg));
+        Tensor gk = g[0];
+        if (!keepdim) {
+          TPX_ASSIGN_OR_RETURN(gk, g[0].Unsqueeze(d));
+        }
+        TPX_ASSIGN_OR_RETURN(Tensor zero, internal::ZeroLike0d(g[0]));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Where(one_hot, gk, zero));
+        return Tensors{dx};
+      },
+      {x});
+}
+
+absl::StatusOr<Variable> Softmax(const Variable& x, int64_t dim) {
+  return ApplyOp(
+      "Softmax",
+      [dim](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Softmax(in[0], dim));
+        op.Save({y});
+        return Tensors{y};
+      },
+      [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        // dx = y * (g - sum(g * y, dim)).
+        const Tensor& y = op.Saved(0);
+        TPX_ASSIGN_OR_RETURN(Tensor gy, ops::Mul(g[0], y));
+        TPX_ASSIGN_OR_RETURN(Tensor s, ops::Sum(gy, dim, /*keepdim=*/true));
+        TPX_ASSIGN_OR_RETURN(Tensor ys, ops::Mul(y, s));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Sub(gy, ys));
+        return Tensors{dx};
+      },
+      {x});
+}
+
+absl::StatusOr<Variable> LogSoftmax(const Variable& x, int64_t dim) {
+  return ApplyOp(
+      "LogSoftmax",
+      [dim](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::LogSoftmax(in[0], dim));
+        op.Save({y});
+        return Tensors{y};
+      },
+      [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        // dx = g - softmax * sum(g, dim).
+        TPX_ASSIGN_OR_RETURN(Tensor p, ops::Exp(op.Saved(0)));
+        TPX_ASSIGN_OR_RETURN(Tensor s, ops::Sum(g[0], dim, /*keepdim=*/true));
+        TPX_ASSIGN_OR_RETURN(Tensor ps, ops::Mul(p, s));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Sub(g[0], ps));
+        return Tensors{dx};
+      },
+      {x});
+}
+
+absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b) {
+  return ApplyOp(
+      "Matmul",
+      [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(in[0], in[1]));
+        op.Save({op.needs_input_grad(1) ? in[0] : Tensor(),
+                 op.needs_input_grad(0) ? in[1] : Tensor()});
+        return Tensors{y};
+      },
+      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        Tensors d(2);
+        const Tensor& a = op.Saved(0);
+        const Tensor& b = op.Saved(1);
+        if (op.needs_input_grad(0)) {
+          TPX_ASSIGN_OR_RETURN(d[0], ops::Matmul(g[0], b, false, /*trans_b=*/true));
+        }
+        if (op.needs_input_grad(1)) {
+          if (a.dim() == 3 && op.input_shape(1).size() == 2) {
+            // b is shared by all batches: its gradient sums over them.
+            TPX_ASSIGN_OR_RETURN(Tensor a2, a.Reshape({-1, a.size(-1)}));
+            TPX_ASSIGN_OR_RETURN(Tensor g2, g[0].Reshape({-1, g[0].size(-1)}));
+            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a2, g2, /*trans_a=*/true, false));
+          } else {
+            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a, g[0], /*trans_a=*/true, false));
+          }
+        }
+        return d;
+      },
+      {a, b});
+}
+
+absl::StatusOr<Variable> Linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  return ApplyOp(
+      "Linear",
+      [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Linear(in[0], in[1], in[2]));
+        op.Save({op.needs_input_grad(1) ? in[0] : Tensor(),
+                 op.needs_input_grad(0) ? in[1] : Tensor()});
+        return Tensors{y};
+      },
+      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        Tensors d(3);
+        const Shape& x_shape = op.input_shape(0);
+        const int64_t out_features = op.input_shape(1)[0];
+        TPX_ASSIGN_OR_RETURN(Tensor g2, g[0].Reshape({-1, out_features}));
+        if (op.needs_input_grad(0)) {
+          TPX_ASSIGN_OR_RETURN(Tensor dx2, ops::Matmul(g2, op.Saved(1)));
+          TPX_ASSIGN_OR_RETURN(d[0], dx2.Reshape(x_shape));
+        }
+        if (op.needs_input_grad(1)) {
+          TPX_ASSIGN_OR_RETURN(Tensor x2, op.Saved(0).Reshape({-1, x_shape.back()}));
+          TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(g2, x2, /*trans_a=*/true, false));
+        }
+        if (op.needs_input_grad(2)) {
+          TPX_ASSIGN_OR_RETURN(d[2], ops::Sum(g2, 0));
+        }
+        return d;
+      },
+      {x, weight, bias});
+}
+
+absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight,
+                                   const Variable& bias, double eps) {
+  return ApplyOp(
+      "LayerNorm",
+      [eps](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        const Tensor& x = in[0];
+        if (x.dim() < 1) return absl::InvalidArgumentError("LayerNorm: 0-d input");
+        const Shape feature_shape = {x.size(-1)};
+        for (int i = 1; i < 3; ++i) {
+          if (in[i].defined() && in[i].shape() != feature_shape) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("LayerNorm: ", i == 1 ? "weight " : "bias ", in[i].ToString(),
+                             " does not match the last dim of ", x.ToString()));
+          }
+        }
+        TPX_ASSIGN_OR_RETURN(Tensor xf, x.To(DType::kF32));
+        TPX_ASSIGN_OR_RETURN(Tensor mean, ops::Mean(xf, -1, /*keepdim=*/true));
+        TPX_ASSIGN_OR_RETURN(Tensor xc, ops::Sub(xf, mean));
+        TPX_ASSIGN_OR_RETURN(Tensor sq, ops::Mul(xc, xc));
+        TPX_ASSIGN_OR_RETURN(Tensor var, ops::Mean(sq, -1, /*keepdim=*/true));
+        TPX_ASSIGN_OR_RETURN(Tensor var_eps, ops::AddScalar(var, eps));
+        TPX_ASSIGN_OR_RETURN(Tensor std, ops::Sqrt(var_eps));
+        TPX_ASSIGN_OR_RETURN(Tensor one, Tensor::Scalar(1.0));
+        TPX_ASSIGN_OR_RETURN(Tensor rstd, ops::Div(one, std));
+        TPX_ASSIGN_OR_RETURN(Tensor xhat, ops::Mul(xc, rstd));
+        Tensor y = xhat;
+        if (in[1].defined()) {
+          TPX_ASSIGN_OR_RETURN(Tensor w, in[1].To(DType::kF32));
+          TPX_ASSIGN_OR_RETURN(y, ops::Mul(y, w));
+        }
+        if (in[2].defined()) {
+          TPX_ASSIGN_OR_RETURN(Tensor b, in[2].To(DType::kF32));
+          TPX_ASSIGN_OR_RETURN(y, ops::Add(y, b));
+        }
+        TPX_ASSIGN_OR_RETURN(y, y.To(x.dtype()));
+        op.Save({xhat, rstd, in[1]});
+        return Tensors{y};
+      },
+      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        Tensors d(3);
+        const Tensor& xhat = op.Saved(0);
+        const Tensor& rstd = op.Saved(1);
+        const Tensor& weight = op.Saved(2);
+        const int64_t h = xhat.size(-1);
+        TPX_ASSIGN_OR_RETURN(Tensor gf, g[0].To(DType::kF32));
+        TPX_ASSIGN_OR_RETURN(Tensor g2, gf.Reshape({-1, h}));
+        if (op.needs_input_grad(0)) {
+          // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
+          Tensor dxhat = gf;
+          if (weight.defined()) {
+            TPX_ASSIGN_OR_RETURN(Tensor w, weight.To(DType::kF32));
+            TPX_ASSIGN_OR_RETURN(dxhat, ops::Mul(gf, w));
+          }
+          TPX_ASSIGN_OR_RETURN(Tensor m1, ops::Mean(dxhat, -1, /*keepdim=*/true));
+          TPX_ASSIGN_OR_RETURN(Tensor dx_xhat, ops::Mul(dxhat, xhat));
+          TPX_ASSIGN_OR_RETURN(Tensor m2, ops::Mean(dx_xhat, -1, /*keepdim=*/true));
+          TPX_ASSIGN_OR_RETURN(Tensor t1, ops::Sub(dxhat, m1));
+          TPX_ASSIGN_OR_RETURN(Tensor t2, ops::Mul(xhat, m2));
+          TPX_ASSIGN_OR_RETURN(Tensor t3, ops::Sub(t1, t2));
+          TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Mul(t3, rstd));
+          TPX_ASSIGN_OR_RETURN(d[0], dx.To(op.input_dtype(0)));
+        }
+        if (op.needs_input_grad(1)) {
+          TPX_ASSIGN_OR_RETURN(Tensor gx, ops::Mul(gf, xhat));
+          TPX_ASSIGN_OR_RETURN(Tensor gx2, gx.Reshape({-1, h}));
+          TPX_ASSIGN_OR_RETURN(d[1], ops::Sum(gx2, 0));
+        }
+        if (op.needs_input_grad(2)) {
+          TPX_ASSIGN_OR_RETURN(d[2], ops::Sum(g2, 0));
+        }
+        return d;
+      },
+      {x, weight, bias});
+}
+
+}  // namespace tpx::ag

@@ -1,0 +1,80 @@
+#include "core/autograd/recompute.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/autograd/engine.h"
+#include "core/autograd/function.h"
+#include "core/autograd/grad_mode.h"
+#include "core/status_macros.h"
+
+namespace tpx::ag {
+namespace {
+
+class RecomputeFunction final : public Function {
+ public:
+  RecomputeFunction(RecomputeFn fn, RecomputeOptions options)
+      : fn_(std::move(fn)), options_(std::move(options)) {}
+
+  std::string name() const override { return "Recompute"; }
+
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> inputs) override {
+    std::vector<Variable> in;
+    for (const Tensor& t : inputs) in.push_back(t.defined() ? Variable(t) : Variable());
+    TPX_ASSIGN_OR_RETURN(std::vector<Variable> out, fn_(in));  // grad mode is off here
+    std::vector<Tensor> values;
+    for (const Variable& v : out) values.push_back(v.defined() ? v.value() : Tensor());
+    SaveForBackward(std::vector<Tensor>(inputs.begin(), inputs.end()));
+    return values;
+  }
+
+  absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> grad_outputs) override {
+    if (options_.before_recompute) TPX_RETURN_IF_ERROR(options_.before_recompute());
+    std::vector<Variable> leaves;
+    for (size_t i = 0; i < saved_tensors().size(); ++i) {
+      const Tensor& t = saved(i);
+      leaves.push_back(t.defined() ? Variable(t, needs_input_grad(i)) : Variable());
+    }
+    std::vector<Variable> out;
+    {
+      EnableGradGuard grad;
+      TPX_ASSIGN_OR_RETURN(out, fn_(leaves));
+    }
+    if (out.size() != grad_outputs.size()) {
+      return absl::InternalError(absl::StrCat("the recomputed block returned ", out.size(),
+                                              " outputs, the first run ", grad_outputs.size()));
+    }
+    std::vector<Variable> roots;
+    std::vector<Tensor> grads;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(out[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) TPX_RETURN_IF_ERROR(tpx::Backward(roots, grads));
+    if (options_.after_recompute) TPX_RETURN_IF_ERROR(options_.after_recompute());
+    std::vector<Tensor> input_grads;
+    for (const Variable& leaf : leaves) {
+      input_grads.push_back(leaf.defined() ? leaf.grad() : Tensor());
+    }
+    return input_grads;
+  }
+
+ protected:
+  void ReleaseSavedState() override { fn_ = nullptr; }
+
+ private:
+  RecomputeFn fn_;
+  RecomputeOptions options_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<Variable>> Recompute(RecomputeFn fn, absl::Span<const Variable> inputs,
+                                                RecomputeOptions options) {
+  return ApplyMulti(std::make_shared<RecomputeFunction>(std::move(fn), std::move(options)),
+                    inputs);
+}
+
+}  // namespace tpx::ag

@@ -1,0 +1,10 @@
+#include "core/device.h"
+
+namespace tpx {
+
+std::string Device::ToString() const {
+  if (type == DeviceType::kCPU) return "cpu";
+  return "cuda:" + std::to_string(index);
+}
+
+}  // namespace tpx

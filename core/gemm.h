@@ -1,0 +1,47 @@
+// General matrix multiply on the CPU, hiding which BLAS library does it.
+//
+//   // C[m, n] = alpha * A[m, k] @ B[n, k]^T + beta * C, all row-major f32
+//   TPX_RETURN_IF_ERROR(Gemm(false, true, m, n, k, 1.0f, DType::kF32, a, k, b, k,
+//                            0.0f, DType::kF32, c, n));
+//
+// Backend: oneDNN's matmul primitive (cached per shape), for f32 and for
+// bf16 inputs with f32 accumulation (AVX-512 BF16 instructions where the CPU
+// has them) and an f32 or bf16 C. Strides, alpha and beta go to the library:
+// no copies or conversions on the f32 and bf16 paths. f16 inputs have no
+// library kernel on this CPU: they are widened to f32 scratch copies and run
+// on the f32 path (f16 C is rounded once at the end).
+//
+// Threads: SetGemmThreads(n) applies to all later calls from any thread;
+// the default is the TPX_NUM_THREADS environment variable if set, else all
+// cores.
+#ifndef TPX_CORE_GEMM_H_
+#define TPX_CORE_GEMM_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "core/dtype.h"
+
+namespace tpx {
+
+// Row-major C[m, n] = alpha * op(A) @ op(B) + beta * C, where op(A) is
+// [m, k] (A stored [k, m] when trans_a) and op(B) is [k, n] (B stored [n, k]
+// when trans_b). lda/ldb/ldc are row strides in elements. ab_dtype is the
+// dtype of A and B (f32, bf16, f16); c_dtype is f32, or equal to ab_dtype.
+// With beta == 0, C is not read (may hold garbage/NaN).
+// Errors: unsupported dtypes, negative sizes, leading dims too small.
+absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                  float beta, DType c_dtype, void* c, int64_t ldc);
+
+// Number of threads GEMMs use (>= 1). Thread-safe.
+void SetGemmThreads(int threads);
+int GemmThreads();
+
+// "onednn" — for logs and benchmarks.
+std::string_view GemmBackendName();
+
+}  // namespace tpx
+
+#endif  // TPX_CORE_GEMM_H_

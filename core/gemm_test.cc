@@ -1,0 +1,137 @@
+#include "core/gemm.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tpx {
+namespace {
+
+// Row-major op(A) [m, k] @ op(B) [k, n] in double.
+std::vector<double> Reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                              const std::vector<float>& a, int64_t lda,
+                              const std::vector<float>& b, int64_t ldb) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        double av = ta ? a[p * lda + i] : a[i * lda + p];
+        double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        s += av * bv;
+      }
+      c[i * n + j] = s;
+    }
+  }
+  return c;
+}
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+TEST(GemmTest, F32AllTransposesWithPaddedLeadingDims) {
+  const int64_t m = 7, n = 5, k = 9;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const int64_t lda = (ta ? m : k) + 3;
+      const int64_t ldb = (tb ? k : n) + 2;
+      const int64_t ldc = n + 4;
+      std::vector<float> a = Random((ta ? k : m) * lda, 1);
+      std::vector<float> b = Random((tb ? n : k) * ldb, 2);
+      std::vector<float> c(m * ldc, 1.0f);
+      ASSERT_TRUE(Gemm(ta, tb, m, n, k, 2.0f, DType::kF32, a.data(), lda, b.data(), ldb, 0.5f,
+                       DType::kF32, c.data(), ldc)
+                      .ok());
+      std::vector<double> ref = Reference(ta, tb, m, n, k, a, lda, b, ldb);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          EXPECT_NEAR(c[i * ldc + j], 2.0 * ref[i * n + j] + 0.5, 1e-4)
+              << "ta=" << ta << " tb=" << tb << " at " << i << "," << j;
+        }
+        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], 1.0f) << "padding written";
+      }
+    }
+  }
+}
+
+TEST(GemmTest, BF16InputsF32AndBF16Outputs) {
+  const int64_t m = 16, n = 12, k = 64;
+  std::vector<float> a = Random(m * k, 3), b = Random(k * n, 4);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    a16[i] = FloatToBF16(a[i]);
+    a[i] = BF16ToFloat(a16[i]);  // reference uses the rounded inputs
+  }
+  for (size_t i = 0; i < b.size(); ++i) {
+    b16[i] = FloatToBF16(b[i]);
+    b[i] = BF16ToFloat(b16[i]);
+  }
+  std::vector<double> ref = Reference(false, false, m, n, k, a, k, b, n);
+  std::vector<float> c32(m * n, 1.0f);
+  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, a16.data(), k, b16.data(), n, 1.0f,
+                   DType::kF32, c32.data(), n)
+                  .ok());
+  std::vector<uint16_t> c16(m * n);
+  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, a16.data(), k, b16.data(), n, 0.0f,
+                   DType::kBF16, c16.data(), n)
+                  .ok());
+  for (int64_t i = 0; i < m * n; ++i) {
+    EXPECT_NEAR(c32[i], ref[i] + 1.0, 1e-4);  // f32 accumulation of exact bf16 products
+    EXPECT_NEAR(BF16ToFloat(c16[i]), ref[i], 1e-2 * (1 + std::fabs(ref[i])));
+  }
+}
+
+TEST(GemmTest, F16InputsGoThroughF32) {
+  const int64_t m = 3, n = 4, k = 5;
+  std::vector<float> a = Random(m * k, 5), b = Random(n * k, 6);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = F16ToFloat(a16[i] = FloatToF16(a[i]));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = F16ToFloat(b16[i] = FloatToF16(b[i]));
+  std::vector<double> ref = Reference(false, true, m, n, k, a, k, b, k);
+  std::vector<uint16_t> c16(m * n, FloatToF16(2.0f));
+  ASSERT_TRUE(Gemm(false, true, m, n, k, 1.0f, DType::kF16, a16.data(), k, b16.data(), k, 1.0f,
+                   DType::kF16, c16.data(), n)
+                  .ok());
+  for (int64_t i = 0; i < m * n; ++i) EXPECT_NEAR(F16ToFloat(c16[i]), ref[i] + 2.0, 4e-3);
+}
+
+TEST(GemmTest, EmptyReductionScalesC) {
+  std::vector<float> c = {1, 2, 3, 4};
+  ASSERT_TRUE(Gemm(false, false, 2, 2, 0, 1.0f, DType::kF32, nullptr, 1, nullptr, 2, 3.0f,
+                   DType::kF32, c.data(), 2)
+                  .ok());
+  EXPECT_EQ(c, (std::vector<float>{3, 6, 9, 12}));
+}
+
+TEST(GemmTest, RejectsBadArguments) {
+  float x = 0;
+  EXPECT_FALSE(Gemm(false, false, 2, 2, 2, 1, DType::kI32, &x, 2, &x, 2, 0, DType::kF32, &x, 2)
+                   .ok());
+  EXPECT_FALSE(Gemm(false, false, 2, 2, 2, 1, DType::kBF16, &x, 2, &x, 2, 0, DType::kF16, &x, 2)
+                   .ok());
+  absl::Status ld =
+      Gemm(false, false, 2, 3, 4, 1, DType::kF32, &x, 3, &x, 3, 0, DType::kF32, &x, 3);
+  EXPECT_NE(std::string(ld.message()).find("lda=3"), std::string::npos) << ld;
+}
+
+TEST(GemmTest, ThreadSetting) {
+  const int before = GemmThreads();
+  EXPECT_GE(before, 1);
+  SetGemmThreads(1);
+  EXPECT_EQ(GemmThreads(), 1);
+  SetGemmThreads(0);
+  EXPECT_EQ(GemmThreads(), 1);
+  SetGemmThreads(before);
+  EXPECT_EQ(GemmBackendName(), "onednn");
+}
+
+}  // namespace
+}  // namespace tpx

@@ -1,0 +1,159 @@
+// Tensor operations: split/concat, elementwise math with broadcasting,
+// reductions, matrix products, gather/scatter-add.
+//
+//   using namespace tpx;
+//   TPX_ASSIGN_OR_RETURN(Tensor y, ops::Linear(x, w, b));          // x W^T + b
+//   TPX_ASSIGN_OR_RETURN(Tensor h, ops::Gelu(y));
+//   TPX_ASSIGN_OR_RETURN(std::vector<Tensor> parts, ops::Chunk(h, 3, -1));
+//   TPX_RETURN_IF_ERROR(ops::MatmulInto(main_grad, dy, x, /*trans_a=*/true,
+//                                       /*trans_b=*/false, 1.0f, /*beta=*/1.0f));
+//
+// Conventions
+//  - Functions return a new tensor (absl::StatusOr<Tensor>) unless they are
+//    named ...Into / ...InPlace or say so; those write into their first
+//    argument and return absl::Status.
+//  - Errors name the op and the shapes/dtypes involved, e.g.
+//    "Add: shapes [2, 3] and [4] are not broadcastable".
+//  - Inputs may be strided views; contiguous inputs take a fast path.
+//  - Negative dims count from the end.
+//  - Numerics: bf16/f16 values are computed in f32 (reductions accumulate in
+//    f32) and rounded once to the output dtype.
+//  - Broadcasting (numpy rule): shapes are aligned at their last dim; missing
+//    leading dims count as size 1; two sizes are compatible when equal or when
+//    one is 1, and the result takes the larger. [4, 1, 3] with [5, 1] -> [4, 5, 3].
+//  - Binary ops need equal dtypes, except the ...InPlace accumulators, which
+//    convert src to dst's dtype (f32 main_grad += bf16 grad).
+//  - All ops run on CPU tensors; CUDA tensors give FailedPrecondition.
+#ifndef TPX_CORE_OPS_H_
+#define TPX_CORE_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/tensor.h"
+
+namespace tpx::ops {
+
+// ---------------- Split / concat (uneven sizes allowed) ----------------
+
+// Sizes of `parts` near-equal pieces of n: the first n % parts pieces get one
+// more element (like torch.tensor_split / numpy.array_split); pieces may be 0
+// when parts > n. SplitSizes(10, 4) == {3, 3, 2, 2}. parts must be >= 1.
+std::vector<int64_t> SplitSizes(int64_t n, int64_t parts);
+// Views of consecutive pieces along dim with the given sizes (which must sum
+// to size(dim); zero sizes allowed).
+absl::StatusOr<std::vector<Tensor>> Split(const Tensor& t, absl::Span<const int64_t> sizes,
+                                          int64_t dim);
+// `parts` views with SplitSizes(size(dim), parts).
+absl::StatusOr<std::vector<Tensor>> Chunk(const Tensor& t, int64_t parts, int64_t dim);
+// Joins tensors along dim; all other sizes and the dtypes must match.
+absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> tensors, int64_t dim);
+
+// ---------------- Elementwise ----------------
+
+// Broadcast result shape of a and b (error names `op`).
+absl::StatusOr<Shape> BroadcastShapes(absl::Span<const int64_t> a, absl::Span<const int64_t> b,
+                                      const char* op);
+
+// Arithmetic for f32/bf16/f16/i32/i64 (Div: floating only).
+absl::StatusOr<Tensor> Add(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Sub(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Div(const Tensor& a, const Tensor& b);
+// a + alpha * b, with broadcasting.
+absl::StatusOr<Tensor> AddScaled(const Tensor& a, const Tensor& b, double alpha);
+// t * s and t + s.
+absl::StatusOr<Tensor> Scale(const Tensor& t, double s);
+absl::StatusOr<Tensor> AddScalar(const Tensor& t, double s);
+
+// dst += alpha * src, in place. src broadcasts to dst's shape (not the other
+// way) and is converted to dst's dtype; dst must be floating. This is the
+// gradient accumulator: f32 dst with bf16 src is fine.
+absl::Status AddInPlace(const Tensor& dst, const Tensor& src, double alpha = 1.0);
+// dst *= s, in place.
+absl::Status ScaleInPlace(const Tensor& dst, double s);
+// Sets every element of dst to value.
+absl::Status Fill(const Tensor& dst, double value);
+
+// Unary math on floating tensors.
+absl::StatusOr<Tensor> Neg(const Tensor& t);
+absl::StatusOr<Tensor> Exp(const Tensor& t);
+absl::StatusOr<Tensor> Log(const Tensor& t);
+absl::StatusOr<Tensor> Sqrt(const Tensor& t);
+absl::StatusOr<Tensor> Tanh(const Tensor& t);
+absl::StatusOr<Tensor> Relu(const Tensor& t);
+// Exact GELU: x * 0.5 * (1 + erf(x / sqrt(2))).
+absl::StatusOr<Tensor> Gelu(const Tensor& x);
+// grad * GELU'(x); grad and x have the same shape and dtype.
+absl::StatusOr<Tensor> GeluBackward(const Tensor& grad, const Tensor& x);
+
+// Comparisons give kBool tensors; a and b broadcast and must share a dtype.
+absl::StatusOr<Tensor> Eq(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Lt(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> Ge(const Tensor& a, const Tensor& b);
+// Against a scalar: t < s, t >= s, t == s.
+absl::StatusOr<Tensor> LtScalar(const Tensor& t, double s);
+absl::StatusOr<Tensor> GeScalar(const Tensor& t, double s);
+absl::StatusOr<Tensor> EqScalar(const Tensor& t, double s);
+// Logical ops on kBool tensors (broadcasting).
+absl::StatusOr<Tensor> LogicalAnd(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> LogicalOr(const Tensor& a, const Tensor& b);
+absl::StatusOr<Tensor> LogicalNot(const Tensor& t);
+
+// t where mask is false, value where mask is true; mask (kBool) broadcasts to t.
+absl::StatusOr<Tensor> MaskedFill(const Tensor& t, const Tensor& mask, double value);
+// cond ? a : b elementwise; cond is kBool; all three broadcast; a, b share a dtype.
+absl::StatusOr<Tensor> Where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// ---------------- Reductions ----------------
+// Over one dim; keepdim leaves it with size 1. Floating inputs keep their
+// dtype (accumulating in f32); Sum of i32/i64 gives i64.
+absl::StatusOr<Tensor> Sum(const Tensor& t, int64_t dim, bool keepdim = false);
+absl::StatusOr<Tensor> Mean(const Tensor& t, int64_t dim, bool keepdim = false);
+// Maximum values (NaN propagates). Error on an empty dim.
+absl::StatusOr<Tensor> Max(const Tensor& t, int64_t dim, bool keepdim = false);
+// Index (kI64) of the first maximum along dim.
+absl::StatusOr<Tensor> Argmax(const Tensor& t, int64_t dim, bool keepdim = false);
+// Sum of all elements as a 0-d tensor (dtype as for Sum).
+absl::StatusOr<Tensor> SumAll(const Tensor& t);
+// Sums t down to `shape`, the inverse of broadcasting `shape` to t.shape():
+// the gradient of a broadcast operand. Error if shape does not broadcast to t.
+absl::StatusOr<Tensor> SumTo(const Tensor& t, absl::Span<const int64_t> shape);
+// Numerically stable softmax / log-softmax along dim (floating).
+absl::StatusOr<Tensor> Softmax(const Tensor& t, int64_t dim);
+absl::StatusOr<Tensor> LogSoftmax(const Tensor& t, int64_t dim);
+
+// ---------------- Matrix products ----------------
+// op(a) @ op(b) where op transposes the last two dims when asked.
+//  - 2-D: [M, K] x [K, N] -> [M, N]
+//  - 3-D batched: [B, M, K] x [B, K, N] -> [B, M, N]; a 2-D b is shared by all batches.
+// a and b share a dtype (f32, bf16, f16); the result has that dtype, with f32
+// accumulation. Strided inputs with a unit stride in either of the last two
+// dims are passed to the GEMM without a copy.
+absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a = false,
+                              bool trans_b = false);
+// out = alpha * op(a) @ op(b) + beta * out, in place (2-D only). out is f32 or
+// a's dtype; with beta = 1 this accumulates, e.g. a bf16 weight gradient into
+// an f32 main_grad. out's last dim must have unit stride.
+absl::Status MatmulInto(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
+                        bool trans_b, float alpha = 1.0f, float beta = 0.0f);
+// x [..., in] @ weight[out, in]^T (+ bias[out] if defined) -> [..., out].
+absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& weight,
+                              const Tensor& bias = Tensor());
+
+// ---------------- Gather / scatter-add ----------------
+// Picks slices t[..., index[i], ...] along dim; index is 1-D i32/i64. The
+// result has size(dim) == index.numel(). Error names the position of an
+// out-of-range index.
+absl::StatusOr<Tensor> IndexSelect(const Tensor& t, int64_t dim, const Tensor& index);
+// dst[..., index[i], ...] += src[..., i, ...] along dim, in place; repeated
+// indices accumulate. src has dst's shape except size(dim) == index.numel();
+// src is converted to dst's dtype. Error names the position of a bad index.
+absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index, const Tensor& src);
+
+}  // namespace tpx::ops
+
+#endif  // TPX_CORE_OPS_H_

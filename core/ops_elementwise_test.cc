@@ -1,0 +1,199 @@
+#include <cmath>
+#include <vector>
+
+#include "core/compare_testutil.h"
+#include "core/ops.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpx::ops {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Reference: out[i...] = f(a[broadcast i], b[broadcast i]) computed in double.
+template <typename F>
+Tensor BroadcastReference(const Tensor& a, const Tensor& b, F f) {
+  Shape shape = *BroadcastShapes(a.shape(), b.shape(), "ref");
+  std::vector<double> av = a.ToVector<double>(), bv = b.ToVector<double>();
+  std::vector<double> out(NumElements(shape));
+  const size_t rank = shape.size();
+  for (int64_t flat = 0; flat < static_cast<int64_t>(out.size()); ++flat) {
+    int64_t rest = flat, ia = 0, ib = 0, ma = 1, mb = 1;
+    for (size_t d = rank; d-- > 0;) {
+      const int64_t i = rest % shape[d];
+      rest /= shape[d];
+      const int64_t da = d + a.dim() - rank, db = d + b.dim() - rank;
+      if (da >= 0) {
+        ia += (a.size(da) == 1 ? 0 : i) * ma;
+        ma *= a.size(da);
+      }
+      if (db >= 0) {
+        ib += (b.size(db) == 1 ? 0 : i) * mb;
+        mb *= b.size(db);
+      }
+    }
+    out[flat] = f(av[ia], bv[ib]);
+  }
+  return *Tensor::FromVector<double>(out, shape);
+}
+
+TEST(BroadcastTest, Shapes) {
+  EXPECT_EQ(*BroadcastShapes({4, 1, 3}, {5, 1}, "t"), (Shape{4, 5, 3}));
+  EXPECT_EQ(*BroadcastShapes({}, {2, 3}, "t"), (Shape{2, 3}));
+  EXPECT_EQ(*BroadcastShapes({2, 0}, {1}, "t"), (Shape{2, 0}));
+  EXPECT_THAT(std::string(BroadcastShapes({2, 3}, {4}, "Add").status().message()),
+              HasSubstr("Add: shapes [2, 3] and [4] are not broadcastable"));
+}
+
+TEST(ElementwiseTest, ArithmeticWithBroadcastingMatchesReference) {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}},
+      {{4}, {2, 3, 4}}, {{}, {2, 2}},  {{5, 1, 3}, {1, 6, 1}}};
+  for (const auto& [sa, sb] : cases) {
+    Tensor a = RandomTensor(sa, DType::kF32, 1);
+    Tensor b = RandomTensor(sb, DType::kF32, 2, 0.5f, 2.0f);
+    EXPECT_TRUE(TensorsClose(*Add(a, b), BroadcastReference(a, b, std::plus<>()), 1e-6, 1e-6));
+    EXPECT_TRUE(TensorsClose(*Sub(a, b), BroadcastReference(a, b, std::minus<>()), 1e-6, 1e-6));
+    EXPECT_TRUE(
+        TensorsClose(*Mul(a, b), BroadcastReference(a, b, std::multiplies<>()), 1e-6, 1e-6));
+    EXPECT_TRUE(TensorsClose(*Div(a, b), BroadcastReference(a, b, std::divides<>()), 1e-6, 1e-6));
+    EXPECT_TRUE(TensorsClose(*AddScaled(a, b, -0.5),
+                             BroadcastReference(a, b, [](double x, double y) { return x - 0.5 * y; }),
+                             1e-6, 1e-6));
+  }
+}
+
+TEST(ElementwiseTest, StridedInputs) {
+  Tensor base = RandomTensor({4, 6}, DType::kF32, 3);
+  Tensor a = *base.Transpose(0, 1);             // [6, 4]
+  Tensor b = *RandomTensor({6, 8}, DType::kF32, 4).Slice(1, 0, 8, 2);  // [6, 4] stride 2
+  Tensor ref = BroadcastReference(a, b, std::multiplies<>());
+  EXPECT_TRUE(TensorsClose(*Mul(a, b), ref, 1e-6, 1e-7));
+}
+
+TEST(ElementwiseTest, ReducedPrecisionComputesInF32) {
+  Tensor a = RandomTensor({3, 5}, DType::kBF16, 5);
+  Tensor b = RandomTensor({5}, DType::kBF16, 6);
+  Tensor out = *Add(a, b);
+  EXPECT_EQ(out.dtype(), DType::kBF16);
+  // One rounding of the exact sum of the bf16 inputs.
+  Tensor ref = *BroadcastReference(a, b, std::plus<>()).To(DType::kBF16);
+  EXPECT_TRUE(TensorsClose(out, ref, 0, 0));
+  Tensor h = RandomTensor({7}, DType::kF16, 7);
+  EXPECT_TRUE(TensorsClose(*Mul(h, h), *BroadcastReference(h, h, std::multiplies<>()).To(DType::kF16), 0, 0));
+}
+
+TEST(ElementwiseTest, IntegerArithmeticAndComparisons) {
+  Tensor ids = *Tensor::FromVector<int64_t>({3, 7, 10, 12}, {4});
+  Tensor start = *Tensor::FromVector<int64_t>({5}, {1});
+  EXPECT_THAT(Sub(ids, start)->ToVector<int64_t>(), ElementsAre(-2, 2, 5, 7));
+  Tensor below = *LtScalar(ids, 5);
+  Tensor above = *GeScalar(ids, 10);
+  Tensor outside = *LogicalOr(below, above);
+  EXPECT_THAT(outside.ToVector<bool>(), ElementsAre(true, false, true, true));
+  EXPECT_THAT(LogicalNot(outside)->ToVector<bool>(), ElementsAre(false, true, false, false));
+  EXPECT_THAT(LogicalAnd(below, outside)->ToVector<bool>(),
+              ElementsAre(true, false, false, false));
+  EXPECT_THAT(MaskedFill(*Sub(ids, start), outside, 0)->ToVector<int64_t>(),
+              ElementsAre(0, 2, 0, 0));
+  EXPECT_THAT(EqScalar(ids, 7)->ToVector<bool>(), ElementsAre(false, true, false, false));
+  EXPECT_THAT(Lt(ids, start)->ToVector<bool>(), ElementsAre(true, false, false, false));
+  EXPECT_THAT(Ge(ids, start)->ToVector<bool>(), ElementsAre(false, true, true, true));
+  EXPECT_THAT(Eq(ids, ids)->ToVector<bool>(), ElementsAre(true, true, true, true));
+  EXPECT_THAT(AddScalar(ids, 1)->ToVector<int64_t>(), ElementsAre(4, 8, 11, 13));
+  EXPECT_FALSE(Div(ids, ids).ok());
+  EXPECT_FALSE(AddScalar(ids, 0.5).ok());
+}
+
+TEST(ElementwiseTest, ErrorsNameOpAndShapes) {
+  Tensor a = *Tensor::Zeros({2, 3});
+  Tensor b = *Tensor::Zeros({3, 2});
+  absl::Status s = Add(a, b).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("Add: shapes [2, 3] and [3, 2] are not broadcastable"));
+  EXPECT_THAT(std::string(Mul(a, *a.To(DType::kBF16)).status().message()),
+              HasSubstr("Mul: dtypes differ: f32[2, 3] and bf16[2, 3]"));
+  EXPECT_THAT(std::string(Sub(a, Tensor()).status().message()), HasSubstr("undefined"));
+  EXPECT_THAT(std::string(Exp(*Tensor::Zeros({2}, DType::kI32)).status().message()),
+              HasSubstr("Exp: input must be f32, bf16 or f16, got i32[2]"));
+}
+
+TEST(ElementwiseTest, ScaleAndUnaryMath) {
+  Tensor x = *Tensor::FromVector<float>({-2.0f, -0.5f, 0.0f, 0.5f, 3.0f}, {5});
+  EXPECT_THAT(Scale(x, 2.0)->ToVector<float>(), ElementsAre(-4, -1, 0, 1, 6));
+  EXPECT_THAT(AddScalar(x, 1.0)->ToVector<float>(), ElementsAre(-1, 0.5, 1, 1.5, 4));
+  EXPECT_THAT(Neg(x)->ToVector<float>(), ElementsAre(2, 0.5, -0.0f, -0.5, -3));
+  EXPECT_THAT(Relu(x)->ToVector<float>(), ElementsAre(0, 0, 0, 0.5, 3));
+  std::vector<float> xv = x.ToVector<float>();
+  std::vector<double> exp_ref, tanh_ref, gelu_ref;
+  for (float v : xv) {
+    exp_ref.push_back(std::exp(double{v}));
+    tanh_ref.push_back(std::tanh(double{v}));
+    gelu_ref.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+  }
+  EXPECT_TRUE(TensorsClose(*Exp(x), *Tensor::FromVector<double>(exp_ref, {5}), 1e-6, 1e-7));
+  EXPECT_TRUE(TensorsClose(*Tanh(x), *Tensor::FromVector<double>(tanh_ref, {5}), 1e-6, 1e-7));
+  EXPECT_TRUE(TensorsClose(*Gelu(x), *Tensor::FromVector<double>(gelu_ref, {5}), 1e-6, 1e-7));
+  Tensor pos = *Tensor::FromVector<float>({1.0f, 4.0f, 0.25f}, {3});
+  EXPECT_THAT(Log(pos)->ToVector<float>(), ElementsAre(0.0f, std::log(4.0f), std::log(0.25f)));
+  EXPECT_THAT(Sqrt(pos)->ToVector<float>(), ElementsAre(1.0f, 2.0f, 0.5f));
+}
+
+// GeluBackward against central finite differences of Gelu in double.
+TEST(ElementwiseTest, GeluBackwardMatchesFiniteDifferences) {
+  Tensor x = RandomTensor({64}, DType::kF32, 8, -4.0f, 4.0f);
+  Tensor g = RandomTensor({64}, DType::kF32, 9);
+  std::vector<float> xv = x.ToVector<float>(), gv = g.ToVector<float>();
+  auto gelu = [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+  std::vector<double> ref;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double h = 1e-5;
+    ref.push_back(gv[i] * (gelu(xv[i] + h) - gelu(xv[i] - h)) / (2 * h));
+  }
+  EXPECT_TRUE(TensorsClose(*GeluBackward(g, x), *Tensor::FromVector<double>(ref, {64}), 1e-4,
+                           1e-5));
+  EXPECT_FALSE(GeluBackward(g, *x.Narrow(0, 0, 3)).ok());
+}
+
+TEST(ElementwiseTest, AddInPlaceAccumulatesAcrossDTypesAndLayouts) {
+  // f32 main_grad += bf16 grad.
+  Tensor main_grad = *Tensor::Full({2, 3}, 1.0, DType::kF32);
+  Tensor grad = *Tensor::FromVector<float>({0.5f, 1, 2, 3, 4, 5}, {2, 3}, DType::kBF16);
+  ASSERT_TRUE(AddInPlace(main_grad, grad).ok());
+  ASSERT_TRUE(AddInPlace(main_grad, grad, -2.0).ok());
+  EXPECT_THAT(main_grad.ToVector<float>(), ElementsAre(0.5f, 0, -1, -2, -3, -4));
+  // Into a strided window, with a broadcast row.
+  Tensor big = *Tensor::Zeros({3, 4}, DType::kBF16);
+  Tensor window = *big.Narrow(1, 1, 2);
+  ASSERT_TRUE(AddInPlace(window, *Tensor::FromVector<float>({1, 2}, {2})).ok());
+  EXPECT_THAT(big.ToVector<float>(), ElementsAre(0, 1, 2, 0, 0, 1, 2, 0, 0, 1, 2, 0));
+  // src must broadcast to dst, not the reverse.
+  absl::Status s = AddInPlace(*Tensor::Zeros({3}), *Tensor::Zeros({2, 3}));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("source shape [2, 3] does not broadcast to destination shape [3]"));
+  EXPECT_FALSE(AddInPlace(*Tensor::Zeros({3}, DType::kI32), *Tensor::Zeros({3})).ok());
+  ASSERT_TRUE(ScaleInPlace(main_grad, 2.0).ok());
+  EXPECT_THAT(main_grad.ToVector<float>(), ElementsAre(1, 0, -2, -4, -6, -8));
+  ASSERT_TRUE(Fill(window, 7).ok());
+  EXPECT_THAT(big.ToVector<float>(), ElementsAre(0, 7, 7, 0, 0, 7, 7, 0, 0, 7, 7, 0));
+}
+
+TEST(ElementwiseTest, MaskedFillAndWhere) {
+  Tensor x = *Tensor::FromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor col_mask = *Tensor::FromVector<bool>({true, false, true}, {3});
+  EXPECT_THAT(MaskedFill(x, col_mask, -1)->ToVector<float>(), ElementsAre(-1, 2, -1, -1, 5, -1));
+  EXPECT_THAT(std::string(MaskedFill(x, *Tensor::Zeros({2, 2}, DType::kBool), 0).status().message()),
+              HasSubstr("MaskedFill"));
+  EXPECT_FALSE(MaskedFill(x, x, 0).ok());  // mask must be bool
+  EXPECT_FALSE(MaskedFill(x, *Tensor::Zeros({4, 2, 3}, DType::kBool), 0).ok());
+  Tensor row_cond = *Tensor::FromVector<bool>({true, false}, {2, 1});
+  Tensor zero = *Tensor::Zeros({1});
+  EXPECT_THAT(Where(row_cond, x, zero)->ToVector<float>(), ElementsAre(1, 2, 3, 0, 0, 0));
+  EXPECT_FALSE(Where(x, x, x).ok());
+}
+
+}  // namespace
+}  // namespace tpx::ops

@@ -1,0 +1,51 @@
+// Runs the conformance suite for every backend and world size 1-4.
+#include "testing/comm_conformance.h"
+
+#include <string>
+#include <tuple>
+
+#include "gtest/gtest.h"
+
+namespace tpx::testing {
+namespace {
+
+struct Setup {
+  std::string backend;
+  int world;
+};
+
+std::string SetupName(const ::testing::TestParamInfo<Setup>& info) {
+  return info.param.backend + "_world" + std::to_string(info.param.world);
+}
+
+class Conformance : public ::testing::TestWithParam<Setup> {
+ protected:
+  void Run(void (*body)(RankContext&)) {
+    RunOptions options;
+    options.backend = GetParam().backend;
+    options.comm_timeout = absl::Seconds(30);
+    RunOnRanks(GetParam().world, body, options);
+  }
+};
+
+TEST_P(Conformance, AllReduce) { Run(AllReduceConformance); }
+TEST_P(Conformance, Broadcast) { Run(BroadcastConformance); }
+TEST_P(Conformance, Reduce) { Run(ReduceConformance); }
+TEST_P(Conformance, AllGather) { Run(AllGatherConformance); }
+TEST_P(Conformance, ReduceScatter) { Run(ReduceScatterConformance); }
+TEST_P(Conformance, GatherScatter) { Run(GatherScatterConformance); }
+TEST_P(Conformance, AllToAll) { Run(AllToAllConformance); }
+TEST_P(Conformance, SendRecv) { Run(SendRecvConformance); }
+TEST_P(Conformance, Barrier) { Run(BarrierConformance); }
+TEST_P(Conformance, Split) { Run(SplitConformance); }
+TEST_P(Conformance, BackToBack) { Run(BackToBackConformance); }
+TEST_P(Conformance, LargeAllReduce) { Run(LargeAllReduceConformance); }
+TEST_P(Conformance, InvalidArguments) { Run(InvalidArgumentConformance); }
+
+INSTANTIATE_TEST_SUITE_P(Ucx, Conformance,
+                         ::testing::Values(Setup{"ucx", 1}, Setup{"ucx", 2}, Setup{"ucx", 3},
+                                           Setup{"ucx", 4}),
+                         SetupName);
+
+}  // namespace
+}  // namespace tpx::testing

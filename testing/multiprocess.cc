@@ -1,0 +1,223 @@
+#include "testing/multiprocess.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "comm/plugin_communicator.h"
+#include "comm/plugin_loader.h"
+#include "comm/tcp_store.h"
+#include "gtest/gtest-spi.h"
+#include "gtest/gtest.h"
+
+namespace tpx::testing {
+
+void RankContext::KillPoint(absl::string_view point) const {
+  if (rank == options.kill_rank && point == options.kill_point) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::raise(SIGKILL);
+  }
+}
+
+namespace {
+
+void WriteAll(int fd, const std::string& data) {
+  for (size_t off = 0; off < data.size();) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += n;
+  }
+}
+
+// The rank's gtest failures, '\0'-separated.
+std::string FormatFailures(const ::testing::TestPartResultArray& results) {
+  std::string out;
+  for (int i = 0; i < results.size(); ++i) {
+    const ::testing::TestPartResult& part = results.GetTestPartResult(i);
+    if (!part.failed()) continue;
+    absl::StrAppend(&out, part.file_name() ? part.file_name() : "?", ":", part.line_number(),
+                    ": ", part.message(), std::string(1, '\0'));
+  }
+  return out;
+}
+
+// Runs in the forked child; never returns.
+[[noreturn]] void RunRank(int rank, int size, int port, int result_fd,
+                          const std::function<void(RankContext&)>& body,
+                          const RunOptions& options) {
+  auto fail = [&](const std::string& message) {
+    WriteAll(result_fd, message + std::string(1, '\0'));
+    ::_exit(1);
+  };
+  auto store = comm::TcpStore::Connect("127.0.0.1", port, absl::Seconds(30));
+  if (!store.ok()) fail(std::string(store.status().message()));
+  std::shared_ptr<comm::Store> shared_store = std::move(*store);
+  auto plugin = comm::LoadPlugin(options.backend);
+  if (!plugin.ok()) fail(std::string(plugin.status().ToString()));
+  comm::CommOptions comm_options;
+  comm_options.rank = rank;
+  comm_options.size = size;
+  comm_options.timeout = options.comm_timeout;
+  comm_options.debug_checks = options.debug_checks;
+  auto comm = comm::PluginCommunicator::Create(*plugin, comm_options, shared_store);
+  if (!comm.ok()) fail(std::string(comm.status().ToString()));
+  ::testing::TestPartResultArray results;
+  {
+    // Captures every failure of this rank, even inside the parent's
+    // EXPECT_NONFATAL_FAILURE (which would otherwise swallow them here).
+    // Both scopes: a per-thread reporter set by the parent takes precedence
+    // over the global one on this thread.
+    ::testing::ScopedFakeTestPartResultReporter all_threads(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, &results);
+    ::testing::ScopedFakeTestPartResultReporter this_thread(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    RankContext ctx{rank, size, **comm, *shared_store, options};
+    body(ctx);
+  }
+  std::string failures = FormatFailures(results);
+  WriteAll(result_fd, failures);
+  // Leave together: a rank's last messages may still be in flight to a
+  // peer. Skip the orderly teardown when a peer is gone (failure tests).
+  bool all_done = shared_store->Add("tpx_harness/done", 1).ok() &&
+                  [&] {
+                    absl::Time deadline = absl::Now() + options.comm_timeout;
+                    while (absl::Now() < deadline) {
+                      auto n = shared_store->Add("tpx_harness/done", 0);
+                      if (!n.ok()) return false;
+                      if (*n >= size) return true;
+                      absl::SleepFor(absl::Milliseconds(2));
+                    }
+                    return false;
+                  }();
+  if (all_done) comm->reset();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(failures.empty() ? 0 : 1);
+}
+
+}  // namespace
+
+std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(RankContext&)>& body,
+                                    const RunOptions& given_options) {
+  RunOptions options = given_options;
+  if (const char* backend = std::getenv("TPX_TEST_COMM_BACKEND")) options.backend = backend;
+  std::vector<RankOutcome> outcomes(world_size);
+  auto server = comm::TcpStoreServer::Listen("127.0.0.1", 0);
+  if (!server.ok()) {
+    ADD_FAILURE() << "cannot host the test store: " << server.status();
+    return outcomes;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(world_size, -1);
+  std::vector<int> pipes(world_size, -1);
+  for (int r = 0; r < world_size; ++r) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "pipe: " << std::strerror(errno);
+      break;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      for (int q = 0; q < r; ++q) ::close(pipes[q]);
+      RunRank(r, world_size, (*server)->port(), fds[1], body, options);
+    }
+    ::close(fds[1]);
+    if (pid < 0) {
+      ::close(fds[0]);
+      ADD_FAILURE() << "fork: " << std::strerror(errno);
+      break;
+    }
+    pids[r] = pid;
+    pipes[r] = fds[0];
+    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  }
+  // Only now may this process start threads (the store server).
+  if (!(*server)->Start().ok()) ADD_FAILURE() << "cannot start the test store";
+
+  std::vector<std::string> raw(world_size);
+  const absl::Time deadline = absl::Now() + options.deadline;
+  int running = 0;
+  for (pid_t pid : pids) running += pid > 0;
+  while (running > 0) {
+    std::vector<pollfd> fds;
+    for (int r = 0; r < world_size; ++r) {
+      if (pipes[r] >= 0) fds.push_back({pipes[r], POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 20);  // also paces the waitpid loop
+    for (int r = 0; r < world_size; ++r) {
+      if (pipes[r] < 0) continue;
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(pipes[r], buf, sizeof(buf))) > 0) raw[r].append(buf, n);
+      if (n == 0) {
+        ::close(pipes[r]);
+        pipes[r] = -1;
+      }
+    }
+    for (int r = 0; r < world_size; ++r) {
+      if (pids[r] <= 0) continue;
+      int status = 0;
+      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        if (WIFEXITED(status)) outcomes[r].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) outcomes[r].signal = WTERMSIG(status);
+        pids[r] = -1;
+        --running;
+      }
+    }
+    if (running > 0 && absl::Now() > deadline) {
+      for (int r = 0; r < world_size; ++r) {
+        if (pids[r] <= 0) continue;
+        ::kill(pids[r], SIGKILL);
+        ::waitpid(pids[r], nullptr, 0);
+        outcomes[r].timed_out = true;
+        pids[r] = -1;
+        --running;
+      }
+    }
+  }
+  for (int r = 0; r < world_size; ++r) {
+    if (pipes[r] >= 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(pipes[r], buf, sizeof(buf))) > 0) raw[r].append(buf, n);
+      ::close(pipes[r]);
+    }
+    for (absl::string_view f : absl::StrSplit(raw[r], '\0', absl::SkipEmpty())) {
+      outcomes[r].failures.emplace_back(f);
+    }
+  }
+  for (int r = 0; r < world_size; ++r) {
+    const RankOutcome& o = outcomes[r];
+    const bool expected_death = r == options.kill_rank && o.signal == SIGKILL;
+    for (const std::string& f : o.failures) ADD_FAILURE() << "rank " << r << ": " << f;
+    if (o.timed_out) {
+      ADD_FAILURE() << "rank " << r << ": still running after the deadline of "
+                    << absl::FormatDuration(options.deadline) << "; killed";
+    } else if (o.signal != 0 && !expected_death) {
+      ADD_FAILURE() << "rank " << r << ": killed by signal " << o.signal << " ("
+                    << strsignal(o.signal) << ")";
+    } else if (o.exit_code > 0 && o.failures.empty()) {
+      ADD_FAILURE() << "rank " << r << ": exited with code " << o.exit_code;
+    }
+    if (r == options.kill_rank && !expected_death && !o.timed_out) {
+      ADD_FAILURE() << "rank " << r << " was to be killed at '" << options.kill_point
+                    << "' but never reached it";
+    }
+  }
+  return outcomes;
+}
+
+}  // namespace tpx::testing
