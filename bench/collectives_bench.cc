@@ -140,6 +140,14 @@ int main(int argc, char** argv) {
         ops.push_back(list.substr(pos, comma - pos));
         pos = comma + 1;
       }
+    } else if (arg.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      for (const char* p = arg.c_str() + 8; *p != '\0';) {
+        char* end = nullptr;
+        sizes.push_back(std::strtoll(p, &end, 10));
+        p = (*end == ',') ? end + 1 : end;
+        if (end == p && *p != '\0') break;
+      }
     } else if (arg.rfind("--max_bytes=", 0) == 0) {
       const long long max_bytes = std::atoll(arg.c_str() + 12);
       sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
@@ -147,7 +155,7 @@ int main(int argc, char** argv) {
                   sizes.end());
     } else {
       std::fprintf(stderr,
-                   "usage: collectives [--nproc=N] [--reps=R] [--ops=a,b] [--max_bytes=B]\n");
+                   "usage: collectives [--nproc=N] [--reps=R] [--ops=a,b] [--sizes=B,B] [--max_bytes=B]\n");
       return 2;
     }
   }

@@ -22,20 +22,17 @@ Status RequireReducible(const CollArgs& a) {
 // accumulation type (and may be written), else owned storage.
 class AccBuffer {
  public:
-  AccBuffer(tpx_dtype_t dtype, const void* input, void* target, int64_t count) {
-    const size_t bytes = count * AccElementSize(dtype);
+  AccBuffer(OpIo& io, tpx_dtype_t dtype, const void* input, void* target, int64_t count) {
     if (target != nullptr && AccElementSize(dtype) == ElementSize(dtype)) {
       data_ = target;
     } else {
-      owned_.resize(bytes);
-      data_ = owned_.data();
+      data_ = io.scratch(Scratch::kAcc, count * AccElementSize(dtype));
     }
     ToAcc(dtype, input, data_, count);
   }
   char* data() { return static_cast<char*>(data_); }
 
  private:
-  std::vector<char> owned_;
   void* data_;
 };
 
@@ -48,15 +45,15 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int rem = n - p;
-  std::vector<char> tmp(bytes);
+  char* tmp = io.scratch(Scratch::kTmp, bytes);
   int vrank;
   if (r < 2 * rem) {
     if (r % 2 == 0) {
       io.Send(r + 1, Sub(kPhaseA, 0), acc, bytes);
       vrank = -1;
     } else {
-      TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(r - 1, Sub(kPhaseA, 0), tmp.data(), bytes)));
-      ReduceAcc(a.dtype, a.op, acc, tmp.data(), count);
+      TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(r - 1, Sub(kPhaseA, 0), tmp, bytes)));
+      ReduceAcc(a.dtype, a.op, acc, tmp, count);
       vrank = r / 2;
     }
   } else {
@@ -67,10 +64,10 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
     for (int mask = 1; mask < p; mask <<= 1, ++step) {
       const int vpeer = vrank ^ mask;
       const int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
-      io.Recv(peer, Sub(kPhaseA, step), tmp.data(), bytes);
+      io.Recv(peer, Sub(kPhaseA, step), tmp, bytes);
       io.Send(peer, Sub(kPhaseA, step), acc, bytes);
       TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
-      ReduceAcc(a.dtype, a.op, acc, tmp.data(), count);
+      ReduceAcc(a.dtype, a.op, acc, tmp, count);
     }
   }
   if (r < 2 * rem) {
@@ -101,8 +98,8 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
     if (a.send != a.recv) std::memcpy(a.recv, a.send, a.count * esz);
     return Status();
   }
-  AccBuffer acc(a.dtype, a.send, a.recv, a.count);
   if (UseTree(a, n)) {
+    AccBuffer acc(io, a.dtype, a.send, a.recv, a.count);
     TPX_UCX_RETURN_IF_ERROR(RecursiveDoubling(io, a, acc.data(), a.count));
     FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
     return Status();
@@ -110,8 +107,10 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
   // Reduce-scatter in the accumulation type, round this rank's block once,
   // then all-gather the final values in the element type.
   const Blocks blocks = EvenBlocks(a.count, n);
-  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
-  FromAcc(a.dtype, a.op, n, acc.data() + blocks.displs[r] * asz,
+  char* acc = asz == esz ? static_cast<char*>(a.recv) : io.scratch(Scratch::kAcc, a.count * asz);
+  TPX_UCX_RETURN_IF_ERROR(
+      RingReduceScatter(io, a.dtype, a.op, a.send, blocks.displs, acc, blocks, kPhaseA));
+  FromAcc(a.dtype, a.op, n, acc + blocks.displs[r] * asz,
           static_cast<char*>(a.recv) + blocks.displs[r] * esz, blocks.counts[r]);
   return RingAllGather(io, a.recv, esz, blocks, kPhaseB);
 }
@@ -125,12 +124,12 @@ Status Reduce(OpIo& io, const CollArgs& a) {
     if (a.send != a.recv) std::memcpy(a.recv, a.send, a.count * esz);
     return Status();
   }
-  // Only the root's output buffer is written.
-  AccBuffer acc(a.dtype, a.send, r == root ? a.recv : nullptr, a.count);
   if (UseTree(a, n)) {
+    // Only the root's output buffer is written.
+    AccBuffer acc(io, a.dtype, a.send, r == root ? a.recv : nullptr, a.count);
     const int vrank = Mod(r - root, n);
     const size_t bytes = a.count * asz;
-    std::vector<char> tmp(bytes);
+    char* tmp = io.scratch(Scratch::kTmp, bytes);
     for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
       if (vrank & mask) {
         io.Send(Mod(vrank - mask + root, n), Sub(kPhaseA, step), acc.data(), bytes);
@@ -138,8 +137,8 @@ Status Reduce(OpIo& io, const CollArgs& a) {
       }
       if (vrank + mask < n) {
         TPX_UCX_RETURN_IF_ERROR(
-            io.Wait(io.Recv(Mod(vrank + mask + root, n), Sub(kPhaseA, step), tmp.data(), bytes)));
-        ReduceAcc(a.dtype, a.op, acc.data(), tmp.data(), a.count);
+            io.Wait(io.Recv(Mod(vrank + mask + root, n), Sub(kPhaseA, step), tmp, bytes)));
+        ReduceAcc(a.dtype, a.op, acc.data(), tmp, a.count);
       }
     }
     TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
@@ -147,8 +146,11 @@ Status Reduce(OpIo& io, const CollArgs& a) {
     return Status();
   }
   const Blocks blocks = EvenBlocks(a.count, n);
-  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
-  const char* mine = acc.data() + blocks.displs[r] * asz;
+  char* acc = (r == root && asz == esz) ? static_cast<char*>(a.recv)
+                                        : io.scratch(Scratch::kAcc, a.count * asz);
+  TPX_UCX_RETURN_IF_ERROR(
+      RingReduceScatter(io, a.dtype, a.op, a.send, blocks.displs, acc, blocks, kPhaseA));
+  const char* mine = acc + blocks.displs[r] * asz;
   if (r == root) {
     FromAcc(a.dtype, a.op, n, mine, static_cast<char*>(a.recv) + blocks.displs[r] * esz,
             blocks.counts[r]);
@@ -159,27 +161,25 @@ Status Reduce(OpIo& io, const CollArgs& a) {
     }
     return io.WaitAll();
   }
-  std::vector<char> out(blocks.counts[r] * esz);
-  FromAcc(a.dtype, a.op, n, mine, out.data(), blocks.counts[r]);
-  if (!out.empty()) io.Send(root, Sub(kPhaseB, 0), out.data(), out.size());
+  const size_t out_bytes = blocks.counts[r] * esz;
+  char* out = io.scratch(Scratch::kOut, out_bytes);
+  FromAcc(a.dtype, a.op, n, mine, out, blocks.counts[r]);
+  if (out_bytes > 0) io.Send(root, Sub(kPhaseB, 0), out, out_bytes);
   return io.WaitAll();
 }
 
 Status ReduceScatterV(OpIo& io, const CollArgs& a) {
   TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
   const int n = io.size(), r = io.rank();
-  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const size_t asz = AccElementSize(a.dtype);
   const Blocks blocks = PackedBlocks(a.send_counts);
   int64_t total = 0;
   for (int64_t c : a.send_counts) total += c;
   if (total == 0) return Status();
-  std::vector<char> acc(total * asz);
-  for (int i = 0; i < n; ++i) {
-    ToAcc(a.dtype, static_cast<const char*>(a.send) + a.send_displs[i] * esz,
-          acc.data() + blocks.displs[i] * asz, blocks.counts[i]);
-  }
-  TPX_UCX_RETURN_IF_ERROR(RingReduceScatter(io, a.dtype, a.op, acc.data(), blocks, kPhaseA));
-  FromAcc(a.dtype, a.op, n, acc.data() + blocks.displs[r] * asz, a.recv, blocks.counts[r]);
+  char* acc = io.scratch(Scratch::kAcc, total * asz);
+  TPX_UCX_RETURN_IF_ERROR(
+      RingReduceScatter(io, a.dtype, a.op, a.send, a.send_displs, acc, blocks, kPhaseA));
+  FromAcc(a.dtype, a.op, n, acc + blocks.displs[r] * asz, a.recv, blocks.counts[r]);
   return Status();
 }
 

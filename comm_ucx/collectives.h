@@ -11,7 +11,7 @@
 // All handle any world size and uneven or empty per-rank counts.
 //
 //   CollArgs args = CollArgs::From(raw);   // copies per-rank arrays
-//   OpIo io(worker, CollName(args.kind), seq, deadline);
+//   OpIo io(worker, scratch, CollName(args.kind), seq, deadline);
 //   Status s = RunCollective(io, args);
 #ifndef TPX_COMM_UCX_COLLECTIVES_H_
 #define TPX_COMM_UCX_COLLECTIVES_H_

@@ -127,7 +127,7 @@ void Communicator::ExecutorLoop() {
   // work that has waited a whole tick without any thread driving it (a
   // waiting thread normally runs its own operations). After a quiet spell it
   // sleeps until the next post wakes it. No wake-up per operation.
-  const auto tick = std::chrono::microseconds(std::max<int64_t>(GetTunables().spin_us, 10));
+  const auto tick = std::chrono::microseconds(GetTunables().tick_us);
   const auto quiet = std::chrono::milliseconds(10);
   auto last_work = Clock::now();
   bool work_seen = false;
@@ -203,7 +203,7 @@ void Communicator::Execute(Queued op) {
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
   const uint64_t seq = IsPointToPoint(a.kind) ? p2p_seq_++ : coll_seq_++;
-  auto io = std::make_unique<OpIo>(*worker_, CollName(a.kind), seq, deadline);
+  auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, deadline);
   Status s = RunCollective(*io, a);
   if (IsPointToPoint(a.kind) && s.ok()) {
     in_flight_.push_back(InFlight{std::move(io), op.state, Status()});

@@ -114,6 +114,7 @@ class Communicator {
   std::deque<InFlight> in_flight_;
   std::atomic<size_t> in_flight_count_{0};
   Status failed_;
+  Scratch scratch_;
   uint64_t coll_seq_ = 0;
   uint64_t p2p_seq_ = 0;
 

@@ -20,8 +20,19 @@ std::string RankList(const std::set<int>& ranks) {
 
 }  // namespace
 
-OpIo::OpIo(Worker& worker, std::string op_name, uint64_t seq, Clock::time_point deadline)
+char* Scratch::Get(Slot slot, size_t bytes) {
+  if (sizes_[slot] < bytes) {
+    buffers_[slot].reset();
+    buffers_[slot].reset(new char[bytes]);
+    sizes_[slot] = bytes;
+  }
+  return buffers_[slot].get();
+}
+
+OpIo::OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
+           Clock::time_point deadline)
     : worker_(worker),
+      scratch_(scratch),
       op_name_(std::move(op_name)),
       seq_(seq),
       deadline_(deadline) {}

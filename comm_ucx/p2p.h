@@ -1,7 +1,7 @@
 // Tagged point-to-point messages of one operation, with deadline and peer
 // failure handling. Every collective algorithm talks through an OpIo.
 //
-//   OpIo io(worker, "all_reduce", seq, deadline);
+//   OpIo io(worker, scratch, "all_reduce", seq, deadline);
 //   size_t r = io.Recv(left, Sub(kPhaseRs, step, c), tmp, bytes);
 //   io.Send(right, Sub(kPhaseRs, step, c), data, bytes);
 //   TPX_UCX_RETURN_IF_ERROR(io.Wait(r));
@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,16 +31,32 @@ inline uint32_t Sub(uint32_t phase, uint64_t index) {
   return (phase << 22) | static_cast<uint32_t>(index & ((1u << 22) - 1));
 }
 
+// Staging buffers reused across the operations of one communicator, so
+// that large collectives do not pay for fresh pages on every call.
+class Scratch {
+ public:
+  enum Slot { kTmp = 0, kAcc = 1, kOut = 2, kNumSlots = 3 };
+  // At least `bytes` of uninitialised memory, stable until the next Get of
+  // the same slot.
+  char* Get(Slot slot, size_t bytes);
+
+ private:
+  std::unique_ptr<char[]> buffers_[kNumSlots];
+  size_t sizes_[kNumSlots] = {};
+};
+
 class OpIo {
  public:
   // `seq` scopes the tags; `user_tag` >= 0 selects the send/recv tag space.
-  OpIo(Worker& worker, std::string op_name, uint64_t seq, Clock::time_point deadline);
+  OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
+       Clock::time_point deadline);
   ~OpIo();
   OpIo(const OpIo&) = delete;
   OpIo& operator=(const OpIo&) = delete;
 
   int rank() const { return worker_.rank(); }
   int size() const { return worker_.size(); }
+  char* scratch(Scratch::Slot slot, size_t bytes) { return scratch_.Get(slot, bytes); }
 
   // Start a message; the returned index is passed to Wait.
   size_t Send(int peer, uint32_t sub, const void* buf, size_t bytes);
@@ -67,6 +84,7 @@ class OpIo {
   void Abandon();
 
   Worker& worker_;
+  Scratch& scratch_;
   std::string op_name_;
   uint64_t seq_;
   Clock::time_point deadline_;

@@ -67,6 +67,26 @@ void ReduceTyped(tpx_reduce_op_t op, T* __restrict acc, const T* __restrict in, 
   }
 }
 
+// out = a (op) b, elementwise; no restrict: `out` may alias an input.
+template <typename T>
+void Reduce3Typed(tpx_reduce_op_t op, T* out, const T* a, const T* b, size_t n) {
+  switch (op) {
+    case TPX_REDUCE_SUM:
+    case TPX_REDUCE_AVG:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+      break;
+    case TPX_REDUCE_PROD:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+      break;
+    case TPX_REDUCE_MAX:
+      for (size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
+      break;
+    case TPX_REDUCE_MIN:
+      for (size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
+      break;
+  }
+}
+
 template <typename T>
 void DivideTyped(const T* acc, T* dst, size_t n, int world) {
   const T d = static_cast<T>(world);
@@ -123,6 +143,38 @@ void ReduceAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc, const void* in,
       return;
     case TPX_DTYPE_I64:
       ReduceTyped(op, static_cast<int64_t*>(acc), static_cast<const int64_t*>(in), n);
+      return;
+    case TPX_DTYPE_BOOL:
+      return;
+  }
+}
+
+void ReduceInto(tpx_dtype_t dtype, tpx_reduce_op_t op, void* out, const void* in,
+                const void* partial, size_t n) {
+  switch (dtype) {
+    case TPX_DTYPE_F32:
+      Reduce3Typed(op, static_cast<float*>(out), static_cast<const float*>(in),
+                   static_cast<const float*>(partial), n);
+      return;
+    case TPX_DTYPE_BF16:
+    case TPX_DTYPE_F16: {
+      // Widen a cache-sized piece at a time, then combine.
+      float wide[1024];
+      for (size_t i = 0; i < n; i += 1024) {
+        const size_t m = std::min<size_t>(1024, n - i);
+        ToAcc(dtype, static_cast<const uint16_t*>(in) + i, wide, m);
+        Reduce3Typed(op, static_cast<float*>(out) + i, wide,
+                     static_cast<const float*>(partial) + i, m);
+      }
+      return;
+    }
+    case TPX_DTYPE_I32:
+      Reduce3Typed(op, static_cast<int32_t*>(out), static_cast<const int32_t*>(in),
+                   static_cast<const int32_t*>(partial), n);
+      return;
+    case TPX_DTYPE_I64:
+      Reduce3Typed(op, static_cast<int64_t*>(out), static_cast<const int64_t*>(in),
+                   static_cast<const int64_t*>(partial), n);
       return;
     case TPX_DTYPE_BOOL:
       return;

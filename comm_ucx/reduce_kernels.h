@@ -28,6 +28,10 @@ bool Reducible(tpx_dtype_t dtype);
 void ToAcc(tpx_dtype_t dtype, const void* src, void* acc, size_t n);
 // acc[i] = acc[i] (op) in[i], both in the accumulation type. AVG sums.
 void ReduceAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc, const void* in, size_t n);
+// out[i] = widen(in[i]) (op) partial[i]; `out` and `partial` are in the
+// accumulation type, `in` in `dtype`. `out` may alias `in` or `partial`.
+void ReduceInto(tpx_dtype_t dtype, tpx_reduce_op_t op, void* out, const void* in,
+                const void* partial, size_t n);
 // dst[i] = narrow(acc[i]), dividing by `world` first for AVG (integer
 // division for integer types). `dst` may equal `acc` when the types match.
 void FromAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, const void* acc, void* dst,

@@ -55,50 +55,64 @@ Blocks PackedBlocks(const std::vector<int64_t>& counts) {
   return b;
 }
 
-Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc,
+Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const void* input,
+                         const std::vector<int64_t>& input_displs, void* acc,
                          const Blocks& blocks, Phase phase) {
   const int n = io.size(), r = io.rank();
-  if (n == 1) return Status();
+  const size_t esz = ElementSize(dtype), asz = AccElementSize(dtype);
+  const char* in = static_cast<const char*>(input);
+  char* base = static_cast<char*>(acc);
+  auto in_block = [&](int b) { return in + input_displs[b] * esz; };
+  auto acc_block = [&](int b) { return base + blocks.displs[b] * asz; };
+  if (n == 1) {
+    ToAcc(dtype, in_block(0), acc_block(0), blocks.counts[0]);
+    return Status();
+  }
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
-  const size_t esz = AccElementSize(dtype);
-  const Chunking ch = ChunkingFor(esz);
+  const Chunking ch = ChunkingFor(asz);
   const int64_t slot_elems = blocks.max_count();
   const int64_t max_chunks = ch.Count(slot_elems);
-  std::vector<char> tmp(2 * slot_elems * esz);
-  char* base = static_cast<char*>(acc);
+  char* tmp = io.scratch(Scratch::kTmp, 2 * slot_elems * asz);
   // At step s this rank sends block r-s-1 and receives block r-s-2 from the
-  // left, reducing it into `acc`; the block it reduced at step s is the one
-  // it sends at step s+1. After n-1 steps block r is complete.
+  // left, combining it with its own input into `acc`; the block it reduced at
+  // step s is the one it sends at step s+1. Each block is combined once, and
+  // after n-1 steps block r is complete.
   auto recv_block = [&](int s) { return Mod(r - s - 2, n); };
   auto index = [&](int s, int64_t c) { return static_cast<uint64_t>(s) * max_chunks + c; };
   std::vector<std::vector<size_t>> recvs(n - 1);
   auto post_recvs = [&](int s) {
     const int b = recv_block(s);
-    char* slot = tmp.data() + (s % 2) * slot_elems * esz;
+    char* slot = tmp + (s % 2) * slot_elems * asz;
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
-      recvs[s].push_back(io.Recv(left, Sub(phase, index(s, c)), slot + ch.Begin(c) * esz,
-                                 ch.Length(blocks.counts[b], c) * esz));
+      recvs[s].push_back(io.Recv(left, Sub(phase, index(s, c)), slot + ch.Begin(c) * asz,
+                                 ch.Length(blocks.counts[b], c) * asz));
     }
   };
   post_recvs(0);
   {
+    // Step 0 sends the raw input block, widened first if its type differs.
     const int b = Mod(r - 1, n);
+    const char* src = in_block(b);
+    if (asz != esz) {
+      ToAcc(dtype, src, acc_block(b), blocks.counts[b]);
+      src = acc_block(b);
+    }
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
-      io.Send(right, Sub(phase, index(0, c)), base + (blocks.displs[b] + ch.Begin(c)) * esz,
-              ch.Length(blocks.counts[b], c) * esz);
+      io.Send(right, Sub(phase, index(0, c)), src + ch.Begin(c) * asz,
+              ch.Length(blocks.counts[b], c) * asz);
     }
   }
   for (int s = 0; s < n - 1; ++s) {
     // Slot (s+1)%2 was last used by step s-1, fully reduced by now.
     if (s + 1 < n - 1) post_recvs(s + 1);
     const int b = recv_block(s);
-    const char* slot = tmp.data() + (s % 2) * slot_elems * esz;
+    const char* slot = tmp + (s % 2) * slot_elems * asz;
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
       TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
       const int64_t len = ch.Length(blocks.counts[b], c);
-      char* dst = base + (blocks.displs[b] + ch.Begin(c)) * esz;
-      ReduceAcc(dtype, op, dst, slot + ch.Begin(c) * esz, len);
-      if (s + 1 < n - 1) io.Send(right, Sub(phase, index(s + 1, c)), dst, len * esz);
+      char* dst = acc_block(b) + ch.Begin(c) * asz;
+      ReduceInto(dtype, op, dst, in_block(b) + ch.Begin(c) * esz, slot + ch.Begin(c) * asz, len);
+      if (s + 1 < n - 1) io.Send(right, Sub(phase, index(s + 1, c)), dst, len * asz);
     }
   }
   return io.WaitAll();

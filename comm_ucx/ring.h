@@ -5,8 +5,8 @@
 // for uneven and empty blocks.
 //
 //   Blocks b = EvenBlocks(count, world);
-//   RingReduceScatter(io, dtype, op, acc, b, kPhaseRs);   // acc block `rank` reduced
-//   RingAllGather(io, buf, elem_size, b, kPhaseAg);       // every block everywhere
+//   RingReduceScatter(io, dtype, op, in, b.displs, acc, b, kPhaseA);  // acc block `rank` reduced
+//   RingAllGather(io, buf, elem_size, b, kPhaseB);  // every block everywhere
 #ifndef TPX_COMM_UCX_RING_H_
 #define TPX_COMM_UCX_RING_H_
 
@@ -33,10 +33,14 @@ Blocks PackedBlocks(const std::vector<int64_t>& counts);
 // Sub-id phases; a collective that runs two ring passes uses two phases.
 enum Phase : uint32_t { kPhaseA = 0, kPhaseB = 1, kPhaseC = 2, kPhaseD = 3 };
 
-// `acc` holds this rank's contribution in the accumulation type of `dtype`
-// (reduce_kernels.h) laid out by `blocks`; afterwards block `rank` holds the
-// reduction over all ranks (other blocks hold partial sums).
-Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, void* acc,
+// `input` holds this rank's contribution in `dtype`, block b at element
+// `input_displs[b]` (counts as in `blocks`). Afterwards block `rank` of `acc`
+// (accumulation type of `dtype`, see reduce_kernels.h, laid out by `blocks`)
+// holds the reduction over all ranks; other blocks of `acc` are scratch.
+// The input is read once, never copied whole; `acc` may be the input itself
+// (same type and layout: in place).
+Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const void* input,
+                         const std::vector<int64_t>& input_displs, void* acc,
                          const Blocks& blocks, Phase phase);
 
 // `buf` holds this rank's block (elements of `elem_size` bytes) in place;

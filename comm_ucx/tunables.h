@@ -3,11 +3,13 @@
 //   const Tunables& t = GetTunables();
 //   size_t chunk = t.chunk_bytes;
 //
-// TPX_UCX_CHUNK_BYTES      pipeline chunk of ring algorithms (default 256 KiB)
+// TPX_UCX_CHUNK_BYTES      pipeline chunk of ring algorithms (default 1 MiB)
 // TPX_UCX_SMALL_BYTES      all-reduce/reduce/broadcast below this use
 //                          latency-optimal trees (default 64 KiB)
-// TPX_UCX_SPIN_US          busy-poll time before yielding (default 50)
+// TPX_UCX_SPIN_US          busy-poll time before yielding (default 2)
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
+// TPX_UCX_TICK_US          how long posted work may sit undriven before the
+//                          executor thread runs it (default 200)
 #ifndef TPX_COMM_UCX_TUNABLES_H_
 #define TPX_COMM_UCX_TUNABLES_H_
 
@@ -21,6 +23,7 @@ struct Tunables {
   size_t small_bytes;
   int64_t spin_us;
   int64_t yield_us;
+  int64_t tick_us;
 };
 
 const Tunables& GetTunables();

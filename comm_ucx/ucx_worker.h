@@ -100,18 +100,23 @@ class Worker {
   std::atomic<int> failure_count_{0};
 };
 
-// Adaptive waiting for the executor: spins first (a cross-process wake-up
-// costs tens of microseconds), then yields the CPU, then sleeps on the
-// worker's event fd in short slices. Reset() after progress was made.
+// Adaptive waiting while an operation waits for peers: busy-polls first (a
+// cross-process wake-up costs tens of microseconds), then yields the CPU,
+// then sleeps on the worker's event fd in short slices. Reset() after
+// progress was made.
 class Backoff {
  public:
-  void Reset() { idle_since_valid_ = false; }
+  void Reset() {
+    idle_since_valid_ = false;
+    yielding_ = false;
+  }
   void Idle(Worker& worker);
 
  private:
   bool idle_since_valid_ = false;
   Clock::time_point idle_since_;
   int spins_ = 0;
+  bool yielding_ = false;
 };
 
 }  // namespace tpx::ucx

@@ -84,12 +84,11 @@ inline float BitsFloat(uint32_t u) {
 inline uint16_t FloatToBF16(float value) {
   using namespace dtype_internal;
   uint32_t u = FloatBits(value);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN, keep sign
-  }
   // Round to nearest even on the 16 dropped bits.
-  uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding_bias) >> 16);
+  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t quiet_nan = (u >> 16) | 0x0040u;  // keeps the sign
+  // A select, not a branch, so conversion loops vectorise.
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 inline float BF16ToFloat(uint16_t bits) {

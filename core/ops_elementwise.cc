@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vec_math.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
 #include "core/status_macros.h"
@@ -271,7 +272,7 @@ absl::StatusOr<Tensor> Neg(const Tensor& t) {
   return FloatUnary(t, "Neg", [](float x) { return -x; });
 }
 absl::StatusOr<Tensor> Exp(const Tensor& t) {
-  return FloatUnary(t, "Exp", [](float x) { return std::exp(x); });
+  return FloatUnary(t, "Exp", [](float x) { return cpu::Exp(x); });
 }
 absl::StatusOr<Tensor> Log(const Tensor& t) {
   return FloatUnary(t, "Log", [](float x) { return std::log(x); });
@@ -306,7 +307,7 @@ absl::StatusOr<Tensor> GeluBackward(const Tensor& grad, const Tensor& x) {
     using T = decltype(tag);
     BinaryKernel<T, T, T>(out, grad, x, [](float g, float v) {
       const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+      const float pdf = kInvSqrt2Pi * cpu::Exp(-0.5f * v * v);
       return g * (cdf + v * pdf);
     });
   });

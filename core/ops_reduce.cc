@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/vec_math.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
 #include "core/status_macros.h"
@@ -132,8 +133,46 @@ absl::StatusOr<Tensor> SumOrMean(const Tensor& t, int64_t dim, bool keepdim, boo
   return out;
 }
 
+// Max of n values at x[0], x[stride], ...; NaN if any is NaN. Eight
+// independent maxima in the `v > m ? v : m` form (exactly vmaxps) let the
+// compiler vectorise the contiguous case.
+template <typename T>
+float RowMax(const T* x, int64_t n, int64_t stride) {
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float m[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
+  bool nan = false;
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        const float v = cpu::Load(x[i + j]);
+        nan |= v != v;
+        m[j] = v > m[j] ? v : m[j];
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = cpu::Load(x[i * stride]);
+    nan |= v != v;
+    m[0] = v > m[0] ? v : m[0];
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  float r = m[0];
+  for (int j = 1; j < 8; ++j) r = m[j] > r ? m[j] : r;
+  return r;
+}
+
 // Max values and/or argmax over the dim.
 absl::Status MaxKernel(const ReduceLayout& r, const Tensor* values, const Tensor* indices) {
+  if (indices == nullptr && r.inner == 1 && IsFloatingPoint(r.input.dtype())) {
+    cpu::DispatchFloat(r.input.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = r.input.template data<T>();
+      T* o = values->data<T>();
+      for (int64_t i = 0; i < r.outer; ++i) o[i] = cpu::StoreAs<T>(RowMax(x + i * r.n, r.n, 1));
+    });
+    return absl::OkStatus();
+  }
   cpu::DispatchDType(r.input.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, bool>) {
@@ -197,22 +236,22 @@ absl::StatusOr<Tensor> SoftmaxImpl(const Tensor& t, int64_t dim, bool log, const
       for (int64_t j = 0; j < r.inner; ++j) {
         const T* in = x + i * r.n * r.inner + j;
         T* dst = o + i * r.n * r.inner + j;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t k = 0; k < r.n; ++k) {
-          row[k] = cpu::Load(in[k * r.inner]);
-          mx = MaxStep(mx, row[k]);
-        }
+        for (int64_t k = 0; k < r.n; ++k) row[k] = cpu::Load(in[k * r.inner]);
+        float mx = RowMax(row.data(), r.n, 1);
         if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-        float sum = 0.0f;
-        for (int64_t k = 0; k < r.n; ++k) sum += std::exp(row[k] - mx);
         if (log) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < r.n; ++k) sum += cpu::Exp(row[k] - mx);
           const float lse = mx + std::log(sum);
           for (int64_t k = 0; k < r.n; ++k) dst[k * r.inner] = cpu::StoreAs<T>(row[k] - lse);
         } else {
-          const float inv = 1.0f / sum;
+          float sum = 0.0f;
           for (int64_t k = 0; k < r.n; ++k) {
-            dst[k * r.inner] = cpu::StoreAs<T>(std::exp(row[k] - mx) * inv);
+            row[k] = cpu::Exp(row[k] - mx);
+            sum += row[k];
           }
+          const float inv = 1.0f / sum;
+          for (int64_t k = 0; k < r.n; ++k) dst[k * r.inner] = cpu::StoreAs<T>(row[k] * inv);
         }
       }
     }

@@ -264,7 +264,8 @@ void AllGatherConformance(RankContext& ctx) {
         std::vector<int64_t> displs = Displs(counts, gap);
         std::string what = absl::StrCat("all_gather_v ", Name(dtype), " gap ", gap,
                                         in_place ? " in place" : "");
-        Buffer recv(dtype, Extent(counts, displs), [](int64_t) { return -99.0; });
+        // Room for the gap after the last block too, to check it stays untouched.
+        Buffer recv(dtype, Extent(counts, displs) + gap, [](int64_t) { return -99.0; });
         Buffer send(dtype, counts[rank], [&](int64_t i) { return Input(rank, i, 3); });
         const void* src = send.data();
         if (in_place) {

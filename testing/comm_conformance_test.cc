@@ -14,6 +14,10 @@ struct Setup {
   int world;
 };
 
+void PrintTo(const Setup& setup, std::ostream* os) {
+  *os << setup.backend << ", world " << setup.world;
+}
+
 std::string SetupName(const ::testing::TestParamInfo<Setup>& info) {
   return info.param.backend + "_world" + std::to_string(info.param.world);
 }

@@ -42,10 +42,26 @@ absl::Status AddToSlot(Tensor& slot, const Tensor& grad) {
   return absl::OkStatus();
 }
 
-// Hooks and retained gradients of fn's outputs, then fn->Backward.
+// Where Grad() wants gradients: (output_nr of the Function, index into the result).
+using CaptureSlots = std::vector<std::pair<int, size_t>>;
+struct Captures {
+  std::unordered_map<Function*, CaptureSlots> slots;
+  std::vector<std::shared_ptr<Function>> functions;  // keeps the keys alive
+  std::vector<Tensor> grads;
+};
+
+// Hooks and retained gradients of fn's outputs, then fn->Backward. With
+// captures (Grad()), records the wanted gradients and skips accumulation.
 absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor> grads,
-                                                bool retain_graph) {
+                                                bool retain_graph, Captures* captures) {
   grads.resize(fn.num_outputs());
+  if (captures != nullptr && GraphAccess::RunsWithoutGrad(fn)) {  // a leaf accumulator
+    auto it = captures->slots.find(&fn);
+    if (it != captures->slots.end()) {
+      for (const auto& [slot, index] : it->second) captures->grads[index] = grads[slot];
+    }
+    return std::vector<Tensor>(fn.num_inputs());
+  }
   auto& output_hooks = GraphAccess::OutputHooks(fn);
   auto& retained = GraphAccess::RetainedOutputs(fn);
   for (size_t i = 0; i < grads.size(); ++i) {
@@ -64,6 +80,12 @@ absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor
         TPX_RETURN_IF_ERROR(
             autograd_internal::AccumulateInto(impl->grad, grads[i], impl->value.dtype()));
       }
+    }
+  }
+  if (captures != nullptr) {
+    auto it = captures->slots.find(&fn);
+    if (it != captures->slots.end()) {
+      for (const auto& [slot, index] : it->second) captures->grads[index] = grads[slot];
     }
   }
 
@@ -121,15 +143,8 @@ struct LaterFirst {
   }
 };
 
-}  // namespace
-
-absl::Status Backward(const Variable& root, const Tensor& grad_output, BackwardOptions options) {
-  return Backward(absl::Span<const Variable>(&root, 1), absl::Span<const Tensor>(&grad_output, 1),
-                  options);
-}
-
-absl::Status Backward(absl::Span<const Variable> roots, absl::Span<const Tensor> grad_outputs,
-                      BackwardOptions options) {
+absl::Status RunBackward(absl::Span<const Variable> roots, absl::Span<const Tensor> grad_outputs,
+                         BackwardOptions options, Captures* captures) {
   if (!grad_outputs.empty() && grad_outputs.size() != roots.size()) {
     return absl::InvalidArgumentError(absl::StrCat("Backward: ", roots.size(), " roots but ",
                                                    grad_outputs.size(), " grad_outputs"));
@@ -202,7 +217,7 @@ absl::Status Backward(absl::Span<const Variable> roots, absl::Span<const Tensor>
     ready.pop();
     std::vector<Tensor> grads = std::move(tasks[fn].grads);
     TPX_ASSIGN_OR_RETURN(std::vector<Tensor> input_grads,
-                         RunFunction(*fn, std::move(grads), options.retain_graph));
+                         RunFunction(*fn, std::move(grads), options.retain_graph, captures));
     const auto& edges = fn->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       const Function::Edge& e = edges[i];
@@ -218,6 +233,37 @@ absl::Status Backward(absl::Span<const Variable> roots, absl::Span<const Tensor>
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Backward(const Variable& root, const Tensor& grad_output, BackwardOptions options) {
+  return RunBackward(absl::Span<const Variable>(&root, 1),
+                     absl::Span<const Tensor>(&grad_output, 1), options, nullptr);
+}
+
+absl::Status Backward(absl::Span<const Variable> roots, absl::Span<const Tensor> grad_outputs,
+                      BackwardOptions options) {
+  return RunBackward(roots, grad_outputs, options, nullptr);
+}
+
+absl::StatusOr<std::vector<Tensor>> Grad(absl::Span<const Variable> roots,
+                                         absl::Span<const Tensor> grad_outputs,
+                                         absl::Span<const Variable> inputs,
+                                         BackwardOptions options) {
+  Captures captures;
+  captures.grads.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].requires_grad()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Grad: input ", i, " ", inputs[i].ToString(), " does not require grad"));
+    }
+    Function::Edge edge = GraphAccess::GradientEdge(inputs[i]);
+    captures.slots[edge.function.get()].emplace_back(edge.output_nr, i);
+    captures.functions.push_back(std::move(edge.function));
+  }
+  TPX_RETURN_IF_ERROR(RunBackward(roots, grad_outputs, options, &captures));
+  return std::move(captures.grads);
 }
 
 }  // namespace tpx

@@ -19,7 +19,10 @@
 #ifndef TPX_CORE_AUTOGRAD_ENGINE_H_
 #define TPX_CORE_AUTOGRAD_ENGINE_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "core/autograd/variable.h"
 #include "core/tensor.h"
@@ -40,6 +43,16 @@ absl::Status Backward(const Variable& root, const Tensor& grad_output = Tensor()
 // one entry per root (undefined entries default as above).
 absl::Status Backward(absl::Span<const Variable> roots, absl::Span<const Tensor> grad_outputs,
                       BackwardOptions options = {});
+
+// The gradients of the roots with respect to `inputs`, returned instead of
+// accumulated: no grad() changes and no leaf hooks or post-accumulate hooks
+// run (hooks on non-leaf Variables do). One Tensor per input, undefined when
+// the input does not influence the roots. Errors: as Backward, and an input
+// that does not require grad.
+absl::StatusOr<std::vector<Tensor>> Grad(absl::Span<const Variable> roots,
+                                         absl::Span<const Tensor> grad_outputs,
+                                         absl::Span<const Variable> inputs,
+                                         BackwardOptions options = {});
 
 }  // namespace tpx
 

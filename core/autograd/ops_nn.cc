@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/autograd/functional.h"
 #include "core/autograd/ops.h"
 #include "core/autograd/ops_internal.h"
 #include "core/ops.h"
@@ -119,12 +120,7 @@ absl::StatusOr<Variable> Softmax(const Variable& x, int64_t dim) {
         return Tensors{y};
       },
       [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        // dx = y * (g - sum(g * y, dim)).
-        const Tensor& y = op.Saved(0);
-        TPX_ASSIGN_OR_RETURN(Tensor gy, ops::Mul(g[0], y));
-        TPX_ASSIGN_OR_RETURN(Tensor s, ops::Sum(gy, dim, /*keepdim=*/true));
-        TPX_ASSIGN_OR_RETURN(Tensor ys, ops::Mul(y, s));
-        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Sub(gy, ys));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, SoftmaxBackward(g[0], op.Saved(0), dim));
         return Tensors{dx};
       },
       {x});
@@ -139,11 +135,7 @@ absl::StatusOr<Variable> LogSoftmax(const Variable& x, int64_t dim) {
         return Tensors{y};
       },
       [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        // dx = g - softmax * sum(g, dim).
-        TPX_ASSIGN_OR_RETURN(Tensor p, ops::Exp(op.Saved(0)));
-        TPX_ASSIGN_OR_RETURN(Tensor s, ops::Sum(g[0], dim, /*keepdim=*/true));
-        TPX_ASSIGN_OR_RETURN(Tensor ps, ops::Mul(p, s));
-        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Sub(g[0], ps));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, LogSoftmaxBackward(g[0], op.Saved(0), dim));
         return Tensors{dx};
       },
       {x});
@@ -190,99 +182,44 @@ absl::StatusOr<Variable> Linear(const Variable& x, const Variable& weight, const
         return Tensors{y};
       },
       [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        Tensors d(3);
-        const Shape& x_shape = op.input_shape(0);
-        const int64_t out_features = op.input_shape(1)[0];
-        TPX_ASSIGN_OR_RETURN(Tensor g2, g[0].Reshape({-1, out_features}));
-        if (op.needs_input_grad(0)) {
-          TPX_ASSIGN_OR_RETURN(Tensor dx2, ops::Matmul(g2, op.Saved(1)));
-          TPX_ASSIGN_OR_RETURN(d[0], dx2.Reshape(x_shape));
-        }
-        if (op.needs_input_grad(1)) {
-          TPX_ASSIGN_OR_RETURN(Tensor x2, op.Saved(0).Reshape({-1, x_shape.back()}));
-          TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(g2, x2, /*trans_a=*/true, false));
-        }
-        if (op.needs_input_grad(2)) {
-          TPX_ASSIGN_OR_RETURN(d[2], ops::Sum(g2, 0));
-        }
-        return d;
+        TPX_ASSIGN_OR_RETURN(
+            LinearGrads d,
+            LinearBackward(g[0], op.Saved(0), op.Saved(1),
+                           {op.needs_input_grad(0), op.needs_input_grad(1), op.needs_input_grad(2)}));
+        return Tensors{d.input, d.weight, d.bias};
       },
       {x, weight, bias});
 }
 
+// The Function keeps LayerNormSaved in a member, released with the graph.
+class LayerNormFunction final : public Function {
+ public:
+  explicit LayerNormFunction(double eps) : eps_(eps) {}
+  std::string name() const override { return "LayerNorm"; }
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
+    TPX_ASSIGN_OR_RETURN(Tensor y, LayerNormForward(in[0], in[1], in[2], eps_, &saved_));
+    SaveForBackward({in[1]});
+    return std::vector<Tensor>{y};
+  }
+  absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
+    TPX_ASSIGN_OR_RETURN(
+        LayerNormGrads d,
+        LayerNormBackward(g[0], saved_, saved(0),
+                          {needs_input_grad(0), needs_input_grad(1), needs_input_grad(2)}));
+    return std::vector<Tensor>{d.input, d.weight, d.bias};
+  }
+
+ protected:
+  void ReleaseSavedState() override { saved_ = LayerNormSaved(); }
+
+ private:
+  double eps_;
+  LayerNormSaved saved_;
+};
+
 absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight,
                                    const Variable& bias, double eps) {
-  return ApplyOp(
-      "LayerNorm",
-      [eps](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
-        const Tensor& x = in[0];
-        if (x.dim() < 1) return absl::InvalidArgumentError("LayerNorm: 0-d input");
-        const Shape feature_shape = {x.size(-1)};
-        for (int i = 1; i < 3; ++i) {
-          if (in[i].defined() && in[i].shape() != feature_shape) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("LayerNorm: ", i == 1 ? "weight " : "bias ", in[i].ToString(),
-                             " does not match the last dim of ", x.ToString()));
-          }
-        }
-        TPX_ASSIGN_OR_RETURN(Tensor xf, x.To(DType::kF32));
-        TPX_ASSIGN_OR_RETURN(Tensor mean, ops::Mean(xf, -1, /*keepdim=*/true));
-        TPX_ASSIGN_OR_RETURN(Tensor xc, ops::Sub(xf, mean));
-        TPX_ASSIGN_OR_RETURN(Tensor sq, ops::Mul(xc, xc));
-        TPX_ASSIGN_OR_RETURN(Tensor var, ops::Mean(sq, -1, /*keepdim=*/true));
-        TPX_ASSIGN_OR_RETURN(Tensor var_eps, ops::AddScalar(var, eps));
-        TPX_ASSIGN_OR_RETURN(Tensor std, ops::Sqrt(var_eps));
-        TPX_ASSIGN_OR_RETURN(Tensor one, Tensor::Scalar(1.0));
-        TPX_ASSIGN_OR_RETURN(Tensor rstd, ops::Div(one, std));
-        TPX_ASSIGN_OR_RETURN(Tensor xhat, ops::Mul(xc, rstd));
-        Tensor y = xhat;
-        if (in[1].defined()) {
-          TPX_ASSIGN_OR_RETURN(Tensor w, in[1].To(DType::kF32));
-          TPX_ASSIGN_OR_RETURN(y, ops::Mul(y, w));
-        }
-        if (in[2].defined()) {
-          TPX_ASSIGN_OR_RETURN(Tensor b, in[2].To(DType::kF32));
-          TPX_ASSIGN_OR_RETURN(y, ops::Add(y, b));
-        }
-        TPX_ASSIGN_OR_RETURN(y, y.To(x.dtype()));
-        op.Save({xhat, rstd, in[1]});
-        return Tensors{y};
-      },
-      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        Tensors d(3);
-        const Tensor& xhat = op.Saved(0);
-        const Tensor& rstd = op.Saved(1);
-        const Tensor& weight = op.Saved(2);
-        const int64_t h = xhat.size(-1);
-        TPX_ASSIGN_OR_RETURN(Tensor gf, g[0].To(DType::kF32));
-        TPX_ASSIGN_OR_RETURN(Tensor g2, gf.Reshape({-1, h}));
-        if (op.needs_input_grad(0)) {
-          // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-          Tensor dxhat = gf;
-          if (weight.defined()) {
-            TPX_ASSIGN_OR_RETURN(Tensor w, weight.To(DType::kF32));
-            TPX_ASSIGN_OR_RETURN(dxhat, ops::Mul(gf, w));
-          }
-          TPX_ASSIGN_OR_RETURN(Tensor m1, ops::Mean(dxhat, -1, /*keepdim=*/true));
-          TPX_ASSIGN_OR_RETURN(Tensor dx_xhat, ops::Mul(dxhat, xhat));
-          TPX_ASSIGN_OR_RETURN(Tensor m2, ops::Mean(dx_xhat, -1, /*keepdim=*/true));
-          TPX_ASSIGN_OR_RETURN(Tensor t1, ops::Sub(dxhat, m1));
-          TPX_ASSIGN_OR_RETURN(Tensor t2, ops::Mul(xhat, m2));
-          TPX_ASSIGN_OR_RETURN(Tensor t3, ops::Sub(t1, t2));
-          TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Mul(t3, rstd));
-          TPX_ASSIGN_OR_RETURN(d[0], dx.To(op.input_dtype(0)));
-        }
-        if (op.needs_input_grad(1)) {
-          TPX_ASSIGN_OR_RETURN(Tensor gx, ops::Mul(gf, xhat));
-          TPX_ASSIGN_OR_RETURN(Tensor gx2, gx.Reshape({-1, h}));
-          TPX_ASSIGN_OR_RETURN(d[1], ops::Sum(gx2, 0));
-        }
-        if (op.needs_input_grad(2)) {
-          TPX_ASSIGN_OR_RETURN(d[2], ops::Sum(g2, 0));
-        }
-        return d;
-      },
-      {x, weight, bias});
+  return Apply(std::make_shared<LayerNormFunction>(eps), {x, weight, bias});
 }
 
 }  // namespace tpx::ag

@@ -14,7 +14,9 @@ namespace {
 class RecomputeFunction final : public Function {
  public:
   RecomputeFunction(RecomputeFn fn, RecomputeOptions options)
-      : fn_(std::move(fn)), options_(std::move(options)) {}
+      : fn_(std::move(fn)), options_(std::move(options)) {
+    set_materialize_grads(false);  // outputs without a gradient are not roots
+  }
 
   std::string name() const override { return "Recompute"; }
 

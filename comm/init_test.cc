@@ -1,0 +1,133 @@
+#include "comm/init.h"
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "comm/launch_env.h"
+#include "gtest/gtest.h"
+
+namespace tpx::comm {
+namespace {
+
+InitOptions Options(std::string backend, std::optional<LaunchEnv> launch = std::nullopt) {
+  InitOptions options;
+  options.backend = std::move(backend);
+  options.launch = std::move(launch);
+  return options;
+}
+
+absl::StatusOr<LaunchEnv> FromMap(const std::map<std::string, std::string>& vars) {
+  return ReadLaunchEnv([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(LaunchEnv, NoLauncherIsOneProcess) {
+  auto env = FromMap({});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->rank, 0);
+  EXPECT_EQ(env->world_size, 1);
+  EXPECT_EQ(env->launcher, "none");
+}
+
+TEST(LaunchEnv, Tpx) {
+  auto env = FromMap({{"TPX_RANK", "2"}, {"TPX_WORLD_SIZE", "4"}, {"TPX_LOCAL_RANK", "0"},
+                      {"TPX_LOCAL_WORLD_SIZE", "2"}, {"TPX_STORE_ADDR", "127.0.0.1"},
+                      {"TPX_STORE_PORT", "29400"}, {"TPX_STORE_HOSTED", "1"},
+                      // tpx variables win over torchrun-style ones.
+                      {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->launcher, "tpx");
+  EXPECT_EQ(env->rank, 2);
+  EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->local_rank, 0);
+  EXPECT_EQ(env->local_world_size, 2);
+  EXPECT_EQ(env->store_port, 29400);
+  EXPECT_TRUE(env->store_hosted_by_launcher);
+}
+
+TEST(LaunchEnv, Torchrun) {
+  auto env = FromMap({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
+                      {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->launcher, "torchrun");
+  EXPECT_EQ(env->rank, 1);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->store_host, "localhost");
+  EXPECT_EQ(env->store_port, 29500);
+  EXPECT_FALSE(env->store_hosted_by_launcher);
+}
+
+TEST(LaunchEnv, OpenMpiAndSlurm) {
+  auto mpi = FromMap({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"},
+                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                      {"MASTER_PORT", "1234"}});
+  ASSERT_TRUE(mpi.ok()) << mpi.status();
+  EXPECT_EQ(mpi->launcher, "openmpi");
+  EXPECT_EQ(mpi->rank, 5);
+  EXPECT_EQ(mpi->local_world_size, 4);
+  auto slurm = FromMap({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
+                        {"SLURM_NTASKS_PER_NODE", "2(x2)"}, {"TPX_STORE_PORT", "999"}});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ(slurm->launcher, "slurm");
+  EXPECT_EQ(slurm->rank, 3);
+  EXPECT_EQ(slurm->local_rank, 1);
+  EXPECT_EQ(slurm->local_world_size, 2);
+  EXPECT_EQ(slurm->store_port, 999);
+}
+
+TEST(LaunchEnv, ErrorsNameTheVariable) {
+  auto bad_rank = FromMap({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}});
+  EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_rank.status().message().find("RANK='4'"), std::string::npos) << bad_rank.status();
+  auto no_size = FromMap({{"TPX_RANK", "0"}});
+  EXPECT_NE(no_size.status().message().find("TPX_WORLD_SIZE"), std::string::npos);
+  auto no_port = FromMap({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  EXPECT_NE(no_port.status().message().find("MASTER_PORT"), std::string::npos);
+  auto junk = FromMap({{"RANK", "0"}, {"WORLD_SIZE", "two"}});
+  EXPECT_NE(junk.status().message().find("WORLD_SIZE='two'"), std::string::npos);
+}
+
+TEST(Init, BackendAndTimeoutResolution) {
+  unsetenv("TPX_COMM_BACKEND");
+  unsetenv("TPX_COMM_TIMEOUT_MS");
+  EXPECT_EQ(ResolveBackend(), "ucx");
+  absl::SetFlag(&FLAGS_tpx_comm_backend, "nccl");
+  EXPECT_EQ(ResolveBackend(), "nccl");
+  setenv("TPX_COMM_BACKEND", "fake", 1);
+  EXPECT_EQ(ResolveBackend(), "fake");
+  EXPECT_EQ(ResolveBackend(Options("explicit")), "explicit");
+  absl::SetFlag(&FLAGS_tpx_comm_backend, "ucx");
+  unsetenv("TPX_COMM_BACKEND");
+
+  EXPECT_EQ(*ResolveTimeout(), absl::Minutes(5));
+  setenv("TPX_COMM_TIMEOUT_MS", "1500", 1);
+  EXPECT_EQ(*ResolveTimeout(), absl::Milliseconds(1500));
+  setenv("TPX_COMM_TIMEOUT_MS", "soon", 1);
+  EXPECT_EQ(ResolveTimeout().status().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv("TPX_COMM_TIMEOUT_MS");
+}
+
+TEST(Init, SingleProcessWorldWithFakeBackend) {
+  setenv("TPX_COMM_PLUGIN_PATH",
+         (std::string(std::getenv("TEST_SRCDIR")) + "/tpx/comm/test_plugins").c_str(), 1);
+  auto world = Init(Options("fake", LaunchEnv{}));
+  ASSERT_TRUE(world.ok()) << world.status();
+  EXPECT_EQ((*world)->size(), 1);
+  EXPECT_EQ((*world)->name(), "world");
+  float x[2] = {1, 2}, y[2] = {};
+  EXPECT_TRUE((*world)->AllReduce(x, y, 2, DType::kF32, ReduceOp::kSum).Wait().ok());
+  EXPECT_EQ(y[1], 2.0f);
+}
+
+TEST(Init, MissingBackendSaysWhatToDo) {
+  auto world = Init(Options("nosuchbackend", LaunchEnv{}));
+  EXPECT_EQ(world.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(world.status().message().find("TPX_COMM_PLUGIN_PATH"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tpx::comm

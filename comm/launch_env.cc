@@ -1,0 +1,83 @@
+#include "comm/launch_env.h"
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tpx::comm {
+namespace {
+
+struct Scheme {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+constexpr Scheme kSchemes[] = {
+    {"tpx", "TPX_RANK", "TPX_WORLD_SIZE", "TPX_LOCAL_RANK", "TPX_LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+// Parses variable `name` as an int in [min, max]; `fallback` when unset.
+absl::StatusOr<int> ReadInt(const EnvLookup& env, const char* name, int fallback, int min,
+                            int max) {
+  const char* text = env(name);
+  if (text == nullptr || text[0] == '\0') return fallback;
+  int value = 0;
+  // Slurm writes e.g. "4(x2)" for NTASKS_PER_NODE; the leading number is what we need.
+  absl::string_view view(text);
+  if (size_t paren = view.find('('); paren != absl::string_view::npos) view = view.substr(0, paren);
+  if (!absl::SimpleAtoi(view, &value) || value < min || value > max) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", text,
+                                                   "' must be an integer in [", min, ", ", max,
+                                                   "]"));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
+  LaunchEnv out;
+  for (const Scheme& s : kSchemes) {
+    if (env(s.rank) == nullptr) continue;
+    out.launcher = s.launcher;
+    if (env(s.size) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(s.rank, " is set but ", s.size, " is not (launcher: ", s.launcher, ")"));
+    }
+    TPX_ASSIGN_OR_RETURN(out.world_size, ReadInt(env, s.size, 1, 1, 1 << 24));
+    TPX_ASSIGN_OR_RETURN(out.rank, ReadInt(env, s.rank, 0, 0, out.world_size - 1));
+    TPX_ASSIGN_OR_RETURN(out.local_world_size,
+                         ReadInt(env, s.local_size, out.world_size, 1, out.world_size));
+    TPX_ASSIGN_OR_RETURN(out.local_rank, ReadInt(env, s.local_rank, out.rank % out.local_world_size,
+                                                 0, out.world_size - 1));
+    break;
+  }
+  const char* host_var = env("TPX_STORE_ADDR") ? "TPX_STORE_ADDR" : "MASTER_ADDR";
+  const char* port_var = env("TPX_STORE_PORT") ? "TPX_STORE_PORT" : "MASTER_PORT";
+  if (const char* host = env(host_var); host != nullptr && host[0] != '\0') out.store_host = host;
+  TPX_ASSIGN_OR_RETURN(out.store_port, ReadInt(env, port_var, 0, 0, 65535));
+  if (out.world_size > 1 && out.store_port == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", out.rank, " of ", out.world_size, " (launcher: ", out.launcher,
+        "): no rendezvous store port; set TPX_STORE_PORT (and TPX_STORE_ADDR) or MASTER_PORT "
+        "(and MASTER_ADDR), or start the job with tpxrun"));
+  }
+  const char* hosted = env("TPX_STORE_HOSTED");
+  out.store_hosted_by_launcher = hosted != nullptr && absl::string_view(hosted) == "1";
+  return out;
+}
+
+absl::StatusOr<LaunchEnv> ReadLaunchEnv() {
+  return ReadLaunchEnv([](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace tpx::comm

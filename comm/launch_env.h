@@ -1,0 +1,45 @@
+// Reads a process's place in a job (rank, world size, local rank, where the
+// rendezvous store is) from the environment its launcher set.
+//
+//   TPX_ASSIGN_OR_RETURN(LaunchEnv env, ReadLaunchEnv());
+//   // env.rank, env.world_size, env.store_host:env.store_port, env.launcher
+//
+// Launchers understood, first match wins:
+//   tpx (tpxrun):  TPX_RANK, TPX_WORLD_SIZE, TPX_LOCAL_RANK, TPX_LOCAL_WORLD_SIZE
+//   torchrun-style: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//   Open MPI:      OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+//   Slurm (srun):  SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
+//   none:          a single process (rank 0 of 1)
+// Store: TPX_STORE_ADDR / TPX_STORE_PORT, else MASTER_ADDR / MASTER_PORT.
+// TPX_STORE_HOSTED=1 says the launcher hosts the store (rank 0 then only
+// connects). Errors name the variable and its value.
+#ifndef TPX_COMM_LAUNCH_ENV_H_
+#define TPX_COMM_LAUNCH_ENV_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tpx::comm {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string store_host = "127.0.0.1";
+  int store_port = 0;  // 0: not given (only valid for a single process)
+  bool store_hosted_by_launcher = false;
+  std::string launcher = "none";  // "tpx", "torchrun", "openmpi", "slurm", "none"
+};
+
+// Returns the value of an environment variable or nullptr.
+using EnvLookup = std::function<const char*(const char*)>;
+
+absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
+absl::StatusOr<LaunchEnv> ReadLaunchEnv();  // from the process environment
+
+}  // namespace tpx::comm
+
+#endif  // TPX_COMM_LAUNCH_ENV_H_

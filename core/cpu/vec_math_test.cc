@@ -1,0 +1,55 @@
+#include "core/cpu/vec_math.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "gtest/gtest.h"
+
+namespace tpx::cpu {
+namespace {
+
+// Distance in units in the last place between two finite floats of the same sign.
+int64_t UlpDistance(float a, float b) {
+  int32_t ia, ib;
+  std::memcpy(&ia, &a, 4);
+  std::memcpy(&ib, &b, 4);
+  return std::abs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
+}
+
+TEST(VecMathTest, ExpMatchesLibmWithinTwoUlp) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  for (float x = -103.0f; x < 88.7f; x += 0.0137f) {
+    const float got = Exp(x);
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    if (want < std::numeric_limits<float>::min()) {
+      // Subnormal results: absolute error within one subnormal step.
+      EXPECT_NEAR(got, want, 2 * std::numeric_limits<float>::denorm_min()) << x;
+      continue;
+    }
+    const int64_t d = UlpDistance(got, want);
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
+  }
+  EXPECT_LE(worst, 2) << "at x=" << worst_x;
+}
+
+TEST(VecMathTest, ExpSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Exp(0.0f), 1.0f);
+  EXPECT_EQ(Exp(-inf), 0.0f);
+  EXPECT_EQ(Exp(inf), inf);
+  EXPECT_EQ(Exp(88.8f), inf);
+  EXPECT_EQ(Exp(1000.0f), inf);
+  EXPECT_EQ(Exp(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(Exp(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_GT(Exp(-100.0f), 0.0f);  // subnormal, not flushed
+  EXPECT_FLOAT_EQ(Exp(1.0f), 2.7182817f);
+  EXPECT_FLOAT_EQ(Exp(88.0f), 1.6516363e38f);
+}
+
+}  // namespace
+}  // namespace tpx::cpu

@@ -1,0 +1,54 @@
+// Test program run under tpxrun by tpxrun_test:
+//   env       print the rank layout this process sees
+//   fail R    rank R exits with code 3 at once; the others sleep long
+//   sleep     every rank sleeps long (for signal forwarding)
+//   allreduce comm::Init() and an all-reduce of the ranks (needs the plugin)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "comm/init.h"
+#include "comm/launch_env.h"
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "env";
+  auto env = tpx::comm::ReadLaunchEnv();
+  if (!env.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(env.status().message()).c_str());
+    return 1;
+  }
+  if (mode == "env") {
+    std::printf("rank=%d size=%d local=%d launcher=%s port_set=%d\nsecond line\n", env->rank,
+                env->world_size, env->local_rank, env->launcher.c_str(), env->store_port > 0);
+    std::fprintf(stderr, "to stderr");  // no trailing newline
+    return 0;
+  }
+  if (mode == "fail") {
+    if (env->rank == std::atoi(argv[2])) return 3;
+    ::sleep(120);
+    return 0;
+  }
+  if (mode == "sleep") {
+    ::sleep(120);
+    return 0;
+  }
+  if (mode == "allreduce") {
+    auto world = tpx::comm::Init();
+    if (!world.ok()) {
+      std::fprintf(stderr, "init failed: %s\n", std::string(world.status().message()).c_str());
+      return 1;
+    }
+    int32_t x = (*world)->rank() + 1;
+    absl::Status s =
+        (*world)->AllReduce(&x, 1, tpx::DType::kI32, tpx::comm::ReduceOp::kSum).Wait();
+    if (!s.ok()) {
+      std::fprintf(stderr, "all_reduce failed: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    std::printf("sum=%d\n", x);
+    return 0;
+  }
+  return 2;
+}
