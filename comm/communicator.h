@@ -31,6 +31,7 @@
 #include "comm/collective.h"
 #include "comm/work.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 
 namespace tpx::comm {
 
@@ -86,6 +87,35 @@ class Communicator {
   Work Send(const void* buffer, int64_t count, DType dtype, int peer, int tag = 0);
   Work Recv(void* buffer, int64_t count, DType dtype, int peer, int tag = 0);
   Work Barrier();
+
+  // ---- Tensor forms. Tensors must be defined, contiguous and on the CPU;
+  // send and receive tensors must share a dtype. "Rows" are slices along
+  // dim 0 (a 0-d tensor is one row); per-rank counts below are in rows, and
+  // every rank's blocks are concatenated along dim 0. Shape mismatches give
+  // InvalidArgument naming the op, the argument, both shapes and the rank.
+  Work AllReduce(const Tensor& tensor, ReduceOp op);  // in place
+  Work AllReduce(const Tensor& input, const Tensor& output, ReduceOp op);
+  Work Broadcast(const Tensor& tensor, int root);
+  Work Reduce(const Tensor& tensor, ReduceOp op, int root);  // in place, result on root
+  // output: [size * rows(input), ...row shape].
+  Work AllGather(const Tensor& input, const Tensor& output);
+  // output: [sum(rows_per_rank), ...]; input has rows_per_rank[rank] rows.
+  Work AllGatherV(const Tensor& input, const Tensor& output, Counts rows_per_rank);
+  // input: [size * rows(output), ...].
+  Work ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op);
+  // input: [sum(rows_per_rank), ...]; output has rows_per_rank[rank] rows.
+  Work ReduceScatterV(const Tensor& input, const Tensor& output, Counts rows_per_rank,
+                      ReduceOp op);
+  // output (read on root only): [size * rows(input), ...].
+  Work Gather(const Tensor& input, const Tensor& output, int root);
+  // input (read on root only): [size * rows(output), ...].
+  Work Scatter(const Tensor& input, const Tensor& output, int root);
+  // input and output: [size * k, ...]; block j of input goes to rank j.
+  Work AllToAll(const Tensor& input, const Tensor& output);
+  // send_rows[j] rows of input go to rank j; recv_rows[j] rows come from rank j.
+  Work AllToAllV(const Tensor& input, const Tensor& output, Counts send_rows, Counts recv_rows);
+  Work Send(const Tensor& tensor, int peer, int tag = 0);
+  Work Recv(const Tensor& tensor, int peer, int tag = 0);
 
   // MPI_Comm_split: ranks with the same `color` form a new communicator,
   // ordered by (key, rank in this communicator). color < 0: this rank joins

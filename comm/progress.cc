@@ -24,6 +24,9 @@ ProgressTracker::ProgressTracker(Store* store, std::string comm_name, int rank, 
       rank_(rank),
       size_(size),
       period_(period) {
+  // Publish "0 0" at once, so a rank that dies before its first heartbeat
+  // still shows up as "completed none" rather than as silent.
+  Publish().IgnoreError();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -72,39 +75,59 @@ void ProgressTracker::Run() {
 
 std::string ProgressTracker::Explain(uint64_t seq, absl::Duration read_timeout) {
   Publish().IgnoreError();
+  // Peers publish at most once per period, so a live peer that did enter
+  // `seq` may not show it yet: re-read for up to two periods before calling
+  // anyone missing. Only failures pay this wait.
+  const absl::Time settle_until = absl::Now() + 2 * period_ + absl::Milliseconds(100);
+  const absl::Time deadline = absl::Now() + std::max(read_timeout, 2 * period_ + absl::Seconds(1));
+  struct Peer {
+    bool known = false;
+    uint64_t entered = 0, completed = 0;
+  };
+  std::vector<Peer> peers(size_);
+  while (true) {
+    bool all_entered = true;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_ || (peers[r].known && peers[r].entered >= seq)) continue;
+      absl::StatusOr<std::string> value =
+          store_->Get(absl::StrCat(prefix_, r), absl::Milliseconds(50));
+      if (value.ok()) {
+        std::vector<std::string> parts = absl::StrSplit(*value, ' ');
+        Peer p;
+        if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &p.entered) &&
+            absl::SimpleAtoi(parts[1], &p.completed)) {
+          p.known = true;
+          peers[r] = p;
+        }
+      } else if (value.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        return absl::StrCat("progress of peers unknown (store: ", value.status().message(), ")");
+      }
+      if (!peers[r].known || peers[r].entered < seq) all_entered = false;
+    }
+    const absl::Time now = absl::Now();
+    if (all_entered || now >= settle_until || now >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
   std::vector<int> missing, silent, stalled;
   std::vector<std::string> last_completed;
-  absl::Time deadline = absl::Now() + read_timeout;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
-    absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(20));
-    absl::StatusOr<std::string> value = store_->Get(absl::StrCat(prefix_, r), left);
-    uint64_t entered = 0, completed = 0;
-    if (value.ok()) {
-      std::vector<std::string> parts = absl::StrSplit(*value, ' ');
-      if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &entered) ||
-          !absl::SimpleAtoi(parts[1], &completed)) {
-        continue;
-      }
-    } else if (value.status().code() != absl::StatusCode::kDeadlineExceeded) {
-      return absl::StrCat("progress of peers unknown (store: ", value.status().message(), ")");
-    }
-    if (!value.ok()) {
+    const Peer& p = peers[r];
+    if (!p.known) {
+      missing.push_back(r);
       silent.push_back(r);
+    } else if (p.entered < seq) {
       missing.push_back(r);
-    } else if (entered < seq) {
-      missing.push_back(r);
-      last_completed.push_back(completed == 0 ? absl::StrCat("rank ", r, " completed none")
-                                              : absl::StrCat("rank ", r, " last completed #",
-                                                             completed));
-    } else if (completed < seq) {
+      last_completed.push_back(p.completed == 0
+                                   ? absl::StrCat("rank ", r, " completed none")
+                                   : absl::StrCat("rank ", r, " last completed #", p.completed));
+    } else if (p.completed < seq) {
       stalled.push_back(r);
     }
   }
   std::string out;
   if (!missing.empty()) {
-    absl::StrAppend(&out, FormatRankList(missing), missing.size() == 1 ? " never entered it" :
-                                                                         " never entered it");
+    absl::StrAppend(&out, FormatRankList(missing), " never entered it");
     if (!last_completed.empty()) absl::StrAppend(&out, "; ", absl::StrJoin(last_completed, ", "));
     if (!silent.empty()) {
       absl::StrAppend(&out, "; ", FormatRankList(silent), " never reported progress");

@@ -45,9 +45,11 @@ class ProgressTracker {
   // #1040, rank 5 last completed #1040". Blocks for at most ~`read_timeout`.
   std::string Explain(uint64_t seq, absl::Duration read_timeout = absl::Seconds(1));
 
+  // Writes the current state to the store now (if it changed).
+  absl::Status Publish();
+
  private:
   void Run();
-  absl::Status Publish();
 
   Store* store_;
   std::string prefix_;

@@ -1,6 +1,8 @@
 // Data-movement collectives: broadcast, all_gather_v, gather_v, scatter_v,
 // all_to_all_v, barrier, and the start of send/recv.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "comm_ucx/collectives.h"
 #include "comm_ucx/reduce_kernels.h"
@@ -10,8 +12,6 @@
 namespace tpx::ucx {
 namespace {
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
-
 char* At(void* base, int64_t elems, size_t esz) { return static_cast<char*>(base) + elems * esz; }
 const char* At(const void* base, int64_t elems, size_t esz) {
   return static_cast<const char*>(base) + elems * esz;
@@ -19,6 +19,31 @@ const char* At(const void* base, int64_t elems, size_t esz) {
 
 void CopyIfDistinct(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
+constexpr size_t kChainBroadcastBytes = 4 << 20;
+
+// Pipelined chain root -> root+1 -> ...: each chunk is forwarded as soon as
+// it arrived, so every link carries the data once, concurrently.
+Status ChainBroadcast(OpIo& io, const CollArgs& a) {
+  const int n = io.size(), r = io.rank(), root = a.peer;
+  const size_t esz = ElementSize(a.dtype);
+  const int vrank = RankMod(r - root, n);
+  const int next = RankMod(r + 1, n), prev = RankMod(r - 1, n);
+  const int64_t per_chunk = std::max<int64_t>(1, GetTunables().chunk_bytes / esz);
+  const int64_t chunks = (a.count + per_chunk - 1) / per_chunk;
+  auto length = [&](int64_t c) { return std::min(per_chunk, a.count - c * per_chunk) * esz; };
+  std::vector<size_t> recvs;
+  if (vrank > 0) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      recvs.push_back(io.Recv(prev, Sub(kPhaseA, c), At(a.recv, c * per_chunk, esz), length(c)));
+    }
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (vrank > 0) TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[c]));
+    if (vrank < n - 1) io.Send(next, Sub(kPhaseA, c), At(a.recv, c * per_chunk, esz), length(c));
+  }
+  return io.WaitAll();
 }
 
 }  // namespace
@@ -31,22 +56,24 @@ Status Broadcast(OpIo& io, const CollArgs& a) {
   if (bytes <= GetTunables().small_bytes || a.count < n) {
     // Binomial tree rooted at `root`: receive from the parent, then send to
     // children from the largest subtree down.
-    const int vrank = Mod(r - root, n);
+    const int vrank = RankMod(r - root, n);
     int mask = 1;
     while (mask < n) {
       if (vrank & mask) {
         TPX_UCX_RETURN_IF_ERROR(
-            io.Wait(io.Recv(Mod(vrank - mask + root, n), Sub(kPhaseA, 0), a.recv, bytes)));
+            io.Wait(io.Recv(RankMod(vrank - mask + root, n), Sub(kPhaseA, 0), a.recv, bytes)));
         break;
       }
       mask <<= 1;
     }
     for (mask >>= 1; mask > 0; mask >>= 1) {
-      if (vrank + mask < n) io.Send(Mod(vrank + mask + root, n), Sub(kPhaseA, 0), a.recv, bytes);
+      if (vrank + mask < n) io.Send(RankMod(vrank + mask + root, n), Sub(kPhaseA, 0), a.recv, bytes);
     }
     return io.WaitAll();
   }
-  // Large: scatter blocks from the root, then ring all-gather.
+  // Very large with more than two ranks: a pipelined chain moves each byte
+  // over each link once. Otherwise scatter blocks, then ring all-gather.
+  if (n > 2 && bytes >= kChainBroadcastBytes) return ChainBroadcast(io, a);
   const Blocks blocks = EvenBlocks(a.count, n);
   if (r == root) {
     for (int i = 0; i < n; ++i) {
@@ -62,9 +89,26 @@ Status Broadcast(OpIo& io, const CollArgs& a) {
 }
 
 Status AllGatherV(OpIo& io, const CollArgs& a) {
-  const int r = io.rank();
+  const int n = io.size(), r = io.rank();
   const size_t esz = ElementSize(a.dtype);
   CopyIfDistinct(At(a.recv, a.recv_displs[r], esz), a.send, a.recv_counts[r] * esz);
+  int64_t total = 0;
+  for (int64_t c : a.recv_counts) total += c;
+  if (n > 2 && total * static_cast<int64_t>(esz) <= static_cast<int64_t>(GetTunables().small_bytes)) {
+    // Small: one round of direct messages beats n-1 ring steps.
+    for (int i = 1; i < n; ++i) {
+      const int from = RankMod(r - i, n);
+      if (a.recv_counts[from] > 0) {
+        io.Recv(from, Sub(kPhaseB, 0), At(a.recv, a.recv_displs[from], esz),
+                a.recv_counts[from] * esz);
+      }
+    }
+    for (int i = 1; i < n && a.recv_counts[r] > 0; ++i) {
+      io.Send(RankMod(r + i, n), Sub(kPhaseB, 0), At(a.recv, a.recv_displs[r], esz),
+              a.recv_counts[r] * esz);
+    }
+    return io.WaitAll();
+  }
   Blocks blocks{a.recv_counts, a.recv_displs};
   return RingAllGather(io, a.recv, esz, blocks, kPhaseA);
 }
@@ -111,7 +155,7 @@ Status AllToAllV(OpIo& io, const CollArgs& a) {
   const int n = io.size(), r = io.rank();
   const size_t esz = ElementSize(a.dtype);
   for (int i = 1; i < n; ++i) {
-    const int from = Mod(r - i, n);
+    const int from = RankMod(r - i, n);
     if (a.recv_counts[from] > 0) {
       io.Recv(from, Sub(kPhaseA, 0), At(a.recv, a.recv_displs[from], esz),
               a.recv_counts[from] * esz);
@@ -121,7 +165,7 @@ Status AllToAllV(OpIo& io, const CollArgs& a) {
                  a.send_counts[r] * esz);
   // Staggered destinations so that not every rank sends to rank 0 first.
   for (int i = 1; i < n; ++i) {
-    const int to = Mod(r + i, n);
+    const int to = RankMod(r + i, n);
     if (a.send_counts[to] > 0) {
       io.Send(to, Sub(kPhaseA, 0), At(a.send, a.send_displs[to], esz), a.send_counts[to] * esz);
     }
@@ -134,8 +178,8 @@ Status Barrier(OpIo& io, const CollArgs&) {
   // 2^(k+1) ranks; ceil(log2 n) rounds of empty messages.
   const int n = io.size(), r = io.rank();
   for (int dist = 1, round = 0; dist < n; dist <<= 1, ++round) {
-    io.Send(Mod(r + dist, n), Sub(kPhaseA, round), nullptr, 0);
-    TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(Mod(r - dist, n), Sub(kPhaseA, round), nullptr, 0)));
+    io.Send(RankMod(r + dist, n), Sub(kPhaseA, round), nullptr, 0);
+    TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(RankMod(r - dist, n), Sub(kPhaseA, round), nullptr, 0)));
   }
   return io.WaitAll();
 }

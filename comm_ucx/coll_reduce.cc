@@ -10,8 +10,6 @@
 namespace tpx::ucx {
 namespace {
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
-
 Status RequireReducible(const CollArgs& a) {
   if (Reducible(a.dtype)) return Status();
   return Status::Error(TPX_ERR_INVALID_ARGUMENT,
@@ -127,17 +125,17 @@ Status Reduce(OpIo& io, const CollArgs& a) {
   if (UseTree(a, n)) {
     // Only the root's output buffer is written.
     AccBuffer acc(io, a.dtype, a.send, r == root ? a.recv : nullptr, a.count);
-    const int vrank = Mod(r - root, n);
+    const int vrank = RankMod(r - root, n);
     const size_t bytes = a.count * asz;
     char* tmp = io.scratch(Scratch::kTmp, bytes);
     for (int mask = 1, step = 0; mask < n; mask <<= 1, ++step) {
       if (vrank & mask) {
-        io.Send(Mod(vrank - mask + root, n), Sub(kPhaseA, step), acc.data(), bytes);
+        io.Send(RankMod(vrank - mask + root, n), Sub(kPhaseA, step), acc.data(), bytes);
         break;
       }
       if (vrank + mask < n) {
         TPX_UCX_RETURN_IF_ERROR(
-            io.Wait(io.Recv(Mod(vrank + mask + root, n), Sub(kPhaseA, step), tmp, bytes)));
+            io.Wait(io.Recv(RankMod(vrank + mask + root, n), Sub(kPhaseA, step), tmp, bytes)));
         ReduceAcc(a.dtype, a.op, acc.data(), tmp, a.count);
       }
     }
@@ -176,6 +174,34 @@ Status ReduceScatterV(OpIo& io, const CollArgs& a) {
   int64_t total = 0;
   for (int64_t c : a.send_counts) total += c;
   if (total == 0) return Status();
+  const size_t esz = ElementSize(a.dtype);
+  if (n > 2 && total * static_cast<int64_t>(esz) <= static_cast<int64_t>(GetTunables().small_bytes)) {
+    // Small: every rank sends each block straight to its owner, which
+    // combines the n contributions (in a fixed order).
+    const int64_t mine = blocks.counts[r];
+    char* incoming = io.scratch(Scratch::kTmp, (n - 1) * mine * esz);
+    for (int i = 0, slot = 0; i < n; ++i) {
+      if (i == r) continue;
+      if (mine > 0) io.Recv(i, Sub(kPhaseB, 0), incoming + slot * mine * esz, mine * esz);
+      ++slot;
+    }
+    for (int i = 1; i < n; ++i) {
+      const int to = RankMod(r + i, n);
+      if (blocks.counts[to] > 0) {
+        io.Send(to, Sub(kPhaseB, 0),
+                static_cast<const char*>(a.send) + a.send_displs[to] * esz,
+                blocks.counts[to] * esz);
+      }
+    }
+    TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+    char* acc = io.scratch(Scratch::kAcc, mine * asz);
+    ToAcc(a.dtype, static_cast<const char*>(a.send) + a.send_displs[r] * esz, acc, mine);
+    for (int slot = 0; slot < n - 1; ++slot) {
+      ReduceInto(a.dtype, a.op, acc, incoming + slot * mine * esz, acc, mine);
+    }
+    FromAcc(a.dtype, a.op, n, acc, a.recv, mine);
+    return Status();
+  }
   char* acc = io.scratch(Scratch::kAcc, total * asz);
   TPX_UCX_RETURN_IF_ERROR(
       RingReduceScatter(io, a.dtype, a.op, a.send, a.send_displs, acc, blocks, kPhaseA));

@@ -4,8 +4,10 @@
 //   all_reduce   recursive doubling (small) or pipelined ring
 //                reduce-scatter + all-gather (large)
 //   reduce       binomial tree (small) or ring reduce-scatter + gather
-//   broadcast    binomial tree (small) or scatter + ring all-gather
-//   reduce_scatter_v, all_gather_v   pipelined ring
+//   broadcast    binomial tree (small), scatter + ring all-gather, or a
+//                pipelined chain (very large, more than two ranks)
+//   reduce_scatter_v, all_gather_v   pipelined ring (direct messages when
+//                small and more than two ranks)
 //   gather_v, scatter_v, all_to_all_v  direct messages
 //   barrier      dissemination
 // All handle any world size and uneven or empty per-rank counts.

@@ -26,6 +26,9 @@
 
 namespace tpx::ucx {
 
+// `a` modulo the world size `n`, in [0, n): rank arithmetic on a ring.
+inline int RankMod(int a, int n) { return ((a % n) + n) % n; }
+
 // Sub-id of a message within one collective: 2 bits phase, 22 bits index.
 inline uint32_t Sub(uint32_t phase, uint64_t index) {
   return (phase << 22) | static_cast<uint32_t>(index & ((1u << 22) - 1));
@@ -47,7 +50,7 @@ class Scratch {
 
 class OpIo {
  public:
-  // `seq` scopes the tags; `user_tag` >= 0 selects the send/recv tag space.
+  // `seq` scopes the collective tags; `deadline` bounds every wait.
   OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
        Clock::time_point deadline);
   ~OpIo();

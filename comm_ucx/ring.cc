@@ -22,8 +22,6 @@ Chunking ChunkingFor(size_t elem_size) {
   return Chunking{std::max<int64_t>(1, GetTunables().chunk_bytes / elem_size)};
 }
 
-int Mod(int a, int n) { return ((a % n) + n) % n; }
-
 }  // namespace
 
 int64_t Blocks::max_count() const {
@@ -68,7 +66,7 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
     ToAcc(dtype, in_block(0), acc_block(0), blocks.counts[0]);
     return Status();
   }
-  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  const int right = RankMod(r + 1, n), left = RankMod(r - 1, n);
   const Chunking ch = ChunkingFor(asz);
   const int64_t slot_elems = blocks.max_count();
   const int64_t max_chunks = ch.Count(slot_elems);
@@ -77,7 +75,7 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
   // left, combining it with its own input into `acc`; the block it reduced at
   // step s is the one it sends at step s+1. Each block is combined once, and
   // after n-1 steps block r is complete.
-  auto recv_block = [&](int s) { return Mod(r - s - 2, n); };
+  auto recv_block = [&](int s) { return RankMod(r - s - 2, n); };
   auto index = [&](int s, int64_t c) { return static_cast<uint64_t>(s) * max_chunks + c; };
   std::vector<std::vector<size_t>> recvs(n - 1);
   auto post_recvs = [&](int s) {
@@ -91,7 +89,7 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
   post_recvs(0);
   {
     // Step 0 sends the raw input block, widened first if its type differs.
-    const int b = Mod(r - 1, n);
+    const int b = RankMod(r - 1, n);
     const char* src = in_block(b);
     if (asz != esz) {
       ToAcc(dtype, src, acc_block(b), blocks.counts[b]);
@@ -121,7 +119,7 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
 Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase) {
   const int n = io.size(), r = io.rank();
   if (n == 1) return Status();
-  const int right = Mod(r + 1, n), left = Mod(r - 1, n);
+  const int right = RankMod(r + 1, n), left = RankMod(r - 1, n);
   const Chunking ch = ChunkingFor(elem_size);
   const int64_t max_chunks = ch.Count(blocks.max_count());
   char* base = static_cast<char*>(buf);
@@ -133,7 +131,7 @@ Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks
   };
   std::vector<std::vector<size_t>> recvs(n - 1);
   for (int s = 0; s < n - 1; ++s) {
-    const int b = Mod(r - s - 1, n);
+    const int b = RankMod(r - s - 1, n);
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
       recvs[s].push_back(io.Recv(left, Sub(phase, index(s, c)), chunk_ptr(b, c),
                                  ch.Length(blocks.counts[b], c) * elem_size));
@@ -144,7 +142,7 @@ Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks
             ch.Length(blocks.counts[r], c) * elem_size);
   }
   for (int s = 0; s + 1 < n - 1; ++s) {
-    const int b = Mod(r - s - 1, n);
+    const int b = RankMod(r - s - 1, n);
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
       TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
       io.Send(right, Sub(phase, index(s + 1, c)), chunk_ptr(b, c),

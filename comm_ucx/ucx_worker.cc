@@ -19,9 +19,8 @@ namespace {
 // UCX settings this plugin prefers; each applies only when the user has not
 // set the matching UCX_* environment variable. Measured on a 2-core VM:
 // shared-memory eager wins for small messages, but the ring's 1 MiB chunks
-// move faster by CMA rendezvous (one copy instead of two). With the memory
-// type cache on (it only matters for GPU memory), rendezvous sends from a
-// buffer that is also being received into ran 4x slower.
+// move faster by CMA rendezvous (one copy instead of two). The memory type
+// cache only serves GPU memory, which this host-memory backend never sees.
 struct DefaultSetting {
   const char* name;  // without the UCX_ prefix
   const char* value;
@@ -152,7 +151,8 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
   std::unique_ptr<Worker> w(new Worker(config.rank, config.size));
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // Several threads take turns (serialised by the communicator's lock).
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
   ucs_status_t s = ucp_worker_create(context, &wp, &w->worker_);
   if (s != UCS_OK) return Status::Error(TPX_ERR_UNAVAILABLE, "ucp_worker_create: " + UcsError(s));
   if (ucp_worker_get_efd(w->worker_, &w->efd_) != UCS_OK) w->efd_ = -1;

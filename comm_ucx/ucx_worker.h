@@ -6,8 +6,9 @@
 //   ucp_ep_h ep = w->endpoint(peer);
 //   while (!done) { if (!w->Progress()) backoff.Idle(*w); }
 //
-// A Worker is used by one thread at a time (the communicator's executor);
-// endpoint error callbacks run inside Progress() and record the failed peer.
+// A Worker is used by one thread at a time (whichever holds the owning
+// communicator's drive lock); endpoint error callbacks run inside Progress()
+// and record the failed peer.
 //
 // Peer failure detection: UCX 1.13's shared-memory transports cannot run in
 // UCP_ERR_HANDLING_MODE_PEER (UCX would fall back to TCP, several times

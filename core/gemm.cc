@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,11 +65,18 @@ dnnl::engine& CpuEngine() {
   return *engine;
 }
 
+struct CachedMatmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc scratchpad;
+};
+
 // Primitive creation costs far more than a small GEMM, so primitives are
-// cached per shape. Bounded: cleared when it grows past kMaxEntries.
-dnnl::matmul GetMatmul(const MatmulKey& key) {
+// cached per shape. Bounded: cleared when it grows past kMaxEntries. The
+// scratchpad is user-provided per call so concurrent GEMMs from several
+// threads (e.g. dgrad and wgrad overlapping) never share one.
+CachedMatmul GetMatmul(const MatmulKey& key) {
   static std::mutex mu;
-  static std::map<MatmulKey, dnnl::matmul>* cache = new std::map<MatmulKey, dnnl::matmul>();
+  static auto* cache = new std::map<MatmulKey, CachedMatmul>();
   constexpr size_t kMaxEntries = 512;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -83,6 +91,7 @@ dnnl::matmul GetMatmul(const MatmulKey& key) {
                           key.trans_b ? dims{1, key.ldb} : dims{key.ldb, 1});
   dnnl::memory::desc c_md(dims{key.m, key.n}, ToDnnl(key.c_dtype), dims{key.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
   if (key.beta != 0.0f) {
     dnnl::post_ops ops;
@@ -91,27 +100,32 @@ dnnl::matmul GetMatmul(const MatmulKey& key) {
   }
   dnnl::matmul::desc desc(a_md, b_md, c_md);
   dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
-  dnnl::matmul prim(pd);
+  CachedMatmul entry{dnnl::matmul(pd), pd.scratchpad_desc()};
   std::lock_guard<std::mutex> lock(mu);
   if (cache->size() >= kMaxEntries) cache->clear();
-  cache->emplace(key, prim);
-  return prim;
+  cache->emplace(key, entry);
+  return entry;
 }
 
 absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void* c) {
   try {
-    dnnl::matmul prim = GetMatmul(key);
+    CachedMatmul mm = GetMatmul(key);
     using dims = dnnl::memory::dims;
     dnnl::memory::desc a_md(dims{key.m, key.k}, ToDnnl(key.ab_dtype),
                             key.trans_a ? dims{1, key.lda} : dims{key.lda, 1});
     dnnl::memory::desc b_md(dims{key.k, key.n}, ToDnnl(key.ab_dtype),
                             key.trans_b ? dims{1, key.ldb} : dims{key.ldb, 1});
     dnnl::memory::desc c_md(dims{key.m, key.n}, ToDnnl(key.c_dtype), dims{key.ldc, 1});
-    dnnl::memory a_mem(a_md, CpuEngine(), const_cast<void*>(a));
-    dnnl::memory b_mem(b_md, CpuEngine(), const_cast<void*>(b));
-    dnnl::memory c_mem(c_md, CpuEngine(), c);
-    dnnl::stream stream(CpuEngine());
-    prim.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, dnnl::memory(a_md, CpuEngine(), const_cast<void*>(a))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, CpuEngine(), const_cast<void*>(b))},
+        {DNNL_ARG_DST, dnnl::memory(c_md, CpuEngine(), c)}};
+    std::vector<char> scratchpad(mm.scratchpad.get_size());
+    if (!scratchpad.empty()) {
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm.scratchpad, CpuEngine(), scratchpad.data()));
+    }
+    thread_local dnnl::stream stream(CpuEngine());
+    mm.primitive.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     return absl::InternalError(absl::StrCat("Gemm: oneDNN failed (", e.what(), ") for m=", key.m,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -120,6 +121,29 @@ TEST(GemmTest, RejectsBadArguments) {
   absl::Status ld =
       Gemm(false, false, 2, 3, 4, 1, DType::kF32, &x, 3, &x, 3, 0, DType::kF32, &x, 3);
   EXPECT_NE(std::string(ld.message()).find("lda=3"), std::string::npos) << ld;
+}
+
+// Same-shape GEMMs from several threads at once (one cached primitive) give
+// the same results as sequential ones.
+TEST(GemmTest, ConcurrentCallsFromManyThreads) {
+  const int64_t m = 64, n = 48, k = 96;
+  std::vector<float> a = Random(m * k, 20), b = Random(k * n, 21);
+  std::vector<double> ref = Reference(false, false, m, n, k, a, k, b, n);
+  std::vector<std::vector<float>> outs(4, std::vector<float>(m * n));
+  std::vector<std::thread> threads;
+  for (auto& out : outs) {
+    threads.emplace_back([&, out_ptr = out.data()] {
+      for (int rep = 0; rep < 20; ++rep) {
+        EXPECT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kF32, a.data(), k, b.data(), n, 0.0f,
+                         DType::kF32, out_ptr, n)
+                        .ok());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& out : outs) {
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(out[i], ref[i], 1e-4);
+  }
 }
 
 TEST(GemmTest, ThreadSetting) {

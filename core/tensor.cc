@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -35,8 +36,60 @@ absl::Status CheckDefined(const Tensor& t, const char* op) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": tensor is undefined"));
 }
 
+// Copies a transposing layout in 32x32 tiles so both sides stay in cache:
+// dst is unit-stride along its last dim `c`, src along another dim `r`.
+// Returns false (nothing copied) when the layouts are not of that kind.
+bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
+  const int64_t rank = dst.dim();
+  if (rank < 2 || dst.numel() < 4096) return false;
+  const int64_t c = rank - 1;
+  if (dst.stride(c) != 1 || src.stride(c) == 1 || dst.size(c) < 2) return false;
+  int64_t r = -1;
+  for (int64_t d = 0; d < c; ++d) {
+    if (src.stride(d) == 1 && src.size(d) > 1) r = d;
+  }
+  if (r < 0) return false;
+  // Iterate every other dim outside; the (r, c) plane is tiled inside.
+  Shape outer_shape = dst.shape();
+  outer_shape[r] = 1;
+  outer_shape[c] = 1;
+  const int64_t rows = dst.size(r), cols = dst.size(c);
+  const int64_t dst_row_stride = dst.stride(r), src_col_stride = src.stride(c);
+  cpu::DispatchDType(dst.dtype(), [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    cpu::DispatchDType(src.dtype(), [&](auto src_tag) {
+      using S = decltype(src_tag);
+      auto plane = [&](D* d, const S* x) {
+        constexpr int64_t kTile = 32;
+        for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+          const int64_t i1 = std::min(rows, i0 + kTile);
+          for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+            const int64_t j1 = std::min(cols, j0 + kTile);
+            for (int64_t i = i0; i < i1; ++i) {
+              for (int64_t j = j0; j < j1; ++j) {
+                d[i * dst_row_stride + j] = cpu::Convert<D>(x[i + j * src_col_stride]);
+              }
+            }
+          }
+        }
+      };
+      cpu::ForEachRow<2>(
+          outer_shape, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+          {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
+          [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
+            for (int64_t t = 0; t < n; ++t) {
+              plane(reinterpret_cast<D*>(p[0] + t * st[0]),
+                    reinterpret_cast<const S*>(p[1] + t * st[1]));
+            }
+          });
+    });
+  });
+  return true;
+}
+
 // Copies elements between two equally shaped strided tensors, converting dtype.
 void CopyElements(const Tensor& dst, const Tensor& src) {
+  if (CopyTransposedTiles(dst, src)) return;
   cpu::DispatchDType(dst.dtype(), [&](auto dst_tag) {
     using D = decltype(dst_tag);
     cpu::DispatchDType(src.dtype(), [&](auto src_tag) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/collective.h"
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "gtest/gtest.h"
 
 namespace tpx::testing {
@@ -630,6 +631,102 @@ void InvalidArgumentConformance(RankContext& ctx) {
   int32_t v = ctx.rank;
   TPX_EXPECT_OK(c.AllReduce(&v, 1, DType::kI32, ReduceOp::kMax), "all_reduce after bad calls");
   EXPECT_EQ(v, ctx.size - 1);
+}
+
+void TensorConformance(RankContext& ctx) {
+  const int rank = ctx.rank, size = ctx.size;
+  Communicator& c = ctx.comm;
+  auto filled = [](Shape shape, const std::function<float(int64_t)>& f) {
+    std::vector<float> v(NumElements(shape));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = f(static_cast<int64_t>(i));
+    return *Tensor::FromVector<float>(v, shape);
+  };
+  // AllReduce in place on a [2, 3] tensor, and out of place in bf16.
+  Tensor x = filled({2, 3}, [&](int64_t i) { return static_cast<float>(rank + i); });
+  TPX_EXPECT_OK(c.AllReduce(x, ReduceOp::kSum), "tensor all_reduce");
+  std::vector<float> got = x.ToVector<float>();
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got[i], size * (size - 1) / 2.0f + size * i);
+  Tensor xb = *filled({4}, [&](int64_t i) { return static_cast<float>(rank * i); }).To(DType::kBF16);
+  Tensor yb = *Tensor::Zeros({4}, DType::kBF16);
+  TPX_EXPECT_OK(c.AllReduce(xb, yb, ReduceOp::kMax), "tensor all_reduce bf16");
+  EXPECT_EQ(yb.ToVector<float>()[3], 3.0f * (size - 1));
+
+  // AllGather: [2, 3] per rank -> [size * 2, 3].
+  Tensor in = filled({2, 3}, [&](int64_t i) { return static_cast<float>(100 * rank + i); });
+  Tensor out = *Tensor::Zeros({size * 2, 3});
+  TPX_EXPECT_OK(c.AllGather(in, out), "tensor all_gather");
+  got = out.ToVector<float>();
+  for (int r = 0; r < size; ++r) {
+    for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got[r * 6 + i], 100.0f * r + i);
+  }
+  // AllGatherV: rank r contributes r rows of width 2.
+  std::vector<int64_t> rows(size);
+  std::iota(rows.begin(), rows.end(), 0);
+  Tensor vin = filled({rank, 2}, [&](int64_t i) { return static_cast<float>(10 * rank + i); });
+  Tensor vout = *Tensor::Zeros({size * (size - 1) / 2, 2});
+  TPX_EXPECT_OK(c.AllGatherV(vin, vout, rows), "tensor all_gather_v");
+  got = vout.ToVector<float>();
+  for (int r = 0, off = 0; r < size; off += 2 * r, ++r) {
+    for (int64_t i = 0; i < 2 * r; ++i) EXPECT_EQ(got[off + i], 10.0f * r + i);
+  }
+  // ReduceScatter: [size * 2, 2] -> [2, 2].
+  Tensor rs_in = filled({size * 2, 2}, [&](int64_t i) { return static_cast<float>(i + rank); });
+  Tensor rs_out = *Tensor::Zeros({2, 2});
+  TPX_EXPECT_OK(c.ReduceScatter(rs_in, rs_out, ReduceOp::kSum), "tensor reduce_scatter");
+  got = rs_out.ToVector<float>();
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(got[i], size * static_cast<float>(rank * 4 + i) + size * (size - 1) / 2.0f);
+  }
+  // Gather / Scatter / Broadcast at the last rank.
+  const int root = size - 1;
+  Tensor g_out = *Tensor::Zeros({size, 3});
+  Tensor g_in = filled({1, 3}, [&](int64_t i) { return static_cast<float>(rank * 3 + i); });
+  TPX_EXPECT_OK(c.Gather(g_in, rank == root ? g_out : Tensor(), root), "tensor gather");
+  if (rank == root) {
+    got = g_out.ToVector<float>();
+    for (int64_t i = 0; i < size * 3; ++i) EXPECT_EQ(got[i], static_cast<float>(i));
+  }
+  Tensor s_in = rank == root ? filled({size, 2}, [](int64_t i) { return static_cast<float>(i); })
+                             : Tensor();
+  Tensor s_out = *Tensor::Zeros({1, 2});
+  TPX_EXPECT_OK(c.Scatter(s_in, s_out, root), "tensor scatter");
+  EXPECT_EQ(s_out.ToVector<float>()[1], static_cast<float>(rank * 2 + 1));
+  Tensor b = filled({3}, [&](int64_t i) { return static_cast<float>(rank + i); });
+  TPX_EXPECT_OK(c.Broadcast(b, root), "tensor broadcast");
+  EXPECT_EQ(b.ToVector<float>()[2], static_cast<float>(root + 2));
+  // AllToAll: block j of [size, 2] goes to rank j.
+  Tensor a_in = filled({size, 2}, [&](int64_t i) { return static_cast<float>(rank * 100 + i); });
+  Tensor a_out = *Tensor::Zeros({size, 2});
+  TPX_EXPECT_OK(c.AllToAll(a_in, a_out), "tensor all_to_all");
+  got = a_out.ToVector<float>();
+  for (int s = 0; s < size; ++s) EXPECT_EQ(got[s * 2 + 1], s * 100.0f + rank * 2 + 1);
+  // Send/Recv around a ring.
+  if (size > 1) {
+    Tensor msg = filled({2, 2}, [&](int64_t i) { return static_cast<float>(rank * 10 + i); });
+    Tensor recv = *Tensor::Zeros({2, 2});
+    Work s = c.Send(msg, (rank + 1) % size, 5);
+    Work r = c.Recv(recv, (rank + size - 1) % size, 5);
+    TPX_EXPECT_OK(s, "tensor send");
+    TPX_EXPECT_OK(r, "tensor recv");
+    EXPECT_EQ(recv.ToVector<float>()[3], ((rank + size - 1) % size) * 10.0f + 3);
+  }
+  // Shape and layout errors, never reaching the backend.
+  Tensor wrong = *Tensor::Zeros({size * 2 + 1, 3});
+  absl::Status st = c.AllGather(in, wrong).Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("all_gather on rank " + std::to_string(rank)), std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("'output'"), std::string::npos) << st;
+  EXPECT_NE(st.message().find(ShapeString({size * 2, 3})), std::string::npos) << st;
+  st = c.AllReduce(x, *Tensor::Zeros({2, 3}, DType::kI32), ReduceOp::kSum).Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("dtypes must match"), std::string::npos) << st;
+  st = c.AllReduce(*x.Transpose(0, 1), ReduceOp::kSum).Wait();
+  EXPECT_NE(st.message().find("not contiguous"), std::string::npos) << st;
+  st = c.Broadcast(Tensor(), 0).Wait();
+  EXPECT_NE(st.message().find("undefined"), std::string::npos) << st;
+  // Still in step.
+  TPX_EXPECT_OK(c.Barrier(), "barrier after tensor errors");
 }
 
 }  // namespace tpx::testing

@@ -38,6 +38,8 @@ void SplitConformance(RankContext& ctx);
 void BackToBackConformance(RankContext& ctx);
 // One all-reduce of >= 64 MiB.
 void LargeAllReduceConformance(RankContext& ctx);
+// The Tensor forms: shapes along dim 0, results, and shape errors.
+void TensorConformance(RankContext& ctx);
 // Bad arguments give InvalidArgument naming op, argument and rank; the
 // communicator stays usable.
 void InvalidArgumentConformance(RankContext& ctx);

@@ -1,6 +1,7 @@
 // Failure behaviour shared by all backends: a dead rank turns into an error
 // naming the op and the missing rank on every survivor (never a hang), and
 // TPX_COMM_DEBUG reports ranks that issue different collectives.
+#include <cstdio>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@ RunOptions KillOptions(const std::string& point) {
 }
 
 void ExpectNamesOpAndMissingRank(const absl::Status& s, const std::string& op) {
+  std::fprintf(stderr, "survivor sees: %s\n", s.ToString().c_str());
   EXPECT_TRUE(s.code() == absl::StatusCode::kDeadlineExceeded ||
               s.code() == absl::StatusCode::kUnavailable ||
               s.code() == absl::StatusCode::kAborted)

@@ -41,8 +41,7 @@ absl::StatusOr<Tensor> RandomUniform(Shape shape, uint64_t seed, double low, dou
   return Tensor::FromVector<float>(values, std::move(shape));
 }
 
-absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn,
-                                          absl::Span<const Variable> inputs,
+absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn, absl::Span<const Variable> inputs,
                                           const GradcheckOptions& options) {
   // Private leaves with contiguous f32 copies, so elements can be perturbed.
   std::vector<Variable> leaves;
@@ -53,15 +52,16 @@ absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn,
       continue;
     }
     if (v.requires_grad() && v.dtype() != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Gradcheck: input ", i, " ", v.ToString(), " requires grad but is not f32"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Gradcheck: input ", i, " ", v.ToString(), " requires grad but is not f32"));
     }
     TPX_ASSIGN_OR_RETURN(Tensor copy, v.value().Clone());
     leaves.emplace_back(std::move(copy), v.requires_grad(), v.name());
   }
 
   TPX_ASSIGN_OR_RETURN(Variable y, fn(leaves));
-  if (!y.defined()) return absl::InvalidArgumentError("Gradcheck: the function returned an undefined Variable");
+  if (!y.defined())
+    return absl::InvalidArgumentError("Gradcheck: the function returned an undefined Variable");
   // Projection weights, rounded to y's dtype so both sides use the same r.
   TPX_ASSIGN_OR_RETURN(Tensor r_f32, y.numel() == 1
                                          ? Tensor::Ones(y.shape())

@@ -48,18 +48,17 @@ struct GradcheckResult {
   // The element with the largest excess over the tolerance (or the largest
   // error when all pass); input is -1 when nothing was checked.
   int input = -1;
-  int64_t element = -1;        // row-major index into that input
+  int64_t element = -1;  // row-major index into that input
   double analytic = 0.0;
   double numeric = 0.0;
-  std::string message;         // one line: verdict and the worst element
+  std::string message;  // one line: verdict and the worst element
 };
 
 using GradcheckFn = std::function<absl::StatusOr<Variable>(absl::Span<const Variable>)>;
 
 // Checks d fn / d inputs[i] for every input that requires grad. Errors: fn's
 // errors, a checked input that is not f32, fn returning an undefined Variable.
-absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn,
-                                          absl::Span<const Variable> inputs,
+absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn, absl::Span<const Variable> inputs,
                                           const GradcheckOptions& options = {});
 
 // f32 tensor with elements uniform in [low, high), reproducible from seed.

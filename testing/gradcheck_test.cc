@@ -86,8 +86,8 @@ TEST(GradcheckTest, CatchesAMissingGradient) {
 TEST(GradcheckTest, SkipsInputsWithoutGrad) {
   Variable x = RandomLeaf({3}, 6);
   Variable c(RandomUniform({3}, 7).value());
-  absl::StatusOr<GradcheckResult> r = Gradcheck(
-      [](absl::Span<const Variable> in) { return ag::Mul(in[0], in[1]); }, {x, c});
+  absl::StatusOr<GradcheckResult> r =
+      Gradcheck([](absl::Span<const Variable> in) { return ag::Mul(in[0], in[1]); }, {x, c});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->ok) << r->message;
   EXPECT_EQ(r->checked, 3);
@@ -95,7 +95,8 @@ TEST(GradcheckTest, SkipsInputsWithoutGrad) {
 
 TEST(GradcheckTest, Errors) {
   Variable bf16(RandomUniform({2}, 8).value().To(DType::kBF16).value(), true);
-  EXPECT_FALSE(Gradcheck([](absl::Span<const Variable> in) { return ag::Neg(in[0]); }, {bf16}).ok());
+  EXPECT_FALSE(
+      Gradcheck([](absl::Span<const Variable> in) { return ag::Neg(in[0]); }, {bf16}).ok());
   Variable x = RandomLeaf({2}, 9);
   absl::StatusOr<GradcheckResult> r = Gradcheck(
       [](absl::Span<const Variable>) -> absl::StatusOr<Variable> {

@@ -228,6 +228,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     ::setpgid(pid, pid);
+    ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
+    ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
     pids[r] = pid;
     streams.push_back({out_pipe[0], r, stdout, ""});
     streams.push_back({err_pipe[0], r, stderr, ""});
@@ -263,7 +265,7 @@ int main(int argc, char** argv) {
       ssize_t got = ::read(s.fd, buf, sizeof(buf));
       if (got > 0) {
         s.Emit(buf, got);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
         s.Flush();
         ::close(s.fd);
         s.fd = -1;

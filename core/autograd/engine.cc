@@ -50,16 +50,21 @@ struct Captures {
   std::vector<Tensor> grads;
 };
 
+// Grad(): copies the gradients wanted from fn's output slots.
+void Capture(Captures* captures, Function& fn, const std::vector<Tensor>& grads) {
+  if (captures == nullptr) return;
+  auto it = captures->slots.find(&fn);
+  if (it == captures->slots.end()) return;
+  for (const auto& [slot, index] : it->second) captures->grads[index] = grads[slot];
+}
+
 // Hooks and retained gradients of fn's outputs, then fn->Backward. With
-// captures (Grad()), records the wanted gradients and skips accumulation.
+// captures (Grad()), records the wanted gradients and changes no grad().
 absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor> grads,
                                                 bool retain_graph, Captures* captures) {
   grads.resize(fn.num_outputs());
   if (captures != nullptr && GraphAccess::RunsWithoutGrad(fn)) {  // a leaf accumulator
-    auto it = captures->slots.find(&fn);
-    if (it != captures->slots.end()) {
-      for (const auto& [slot, index] : it->second) captures->grads[index] = grads[slot];
-    }
+    Capture(captures, fn, grads);
     return std::vector<Tensor>(fn.num_inputs());
   }
   auto& output_hooks = GraphAccess::OutputHooks(fn);
@@ -71,23 +76,18 @@ absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor
       if (h.output_nr == static_cast<int>(i)) hooks.push_back(h.hook);
     }
     if (!hooks.empty()) {
-      TPX_ASSIGN_OR_RETURN(grads[i],
-                           autograd_internal::RunGradHooks(
-                               hooks, std::move(grads[i]), absl::StrCat("output ", i, " of ", fn.name())));
+      TPX_ASSIGN_OR_RETURN(
+          grads[i], autograd_internal::RunGradHooks(hooks, std::move(grads[i]),
+                                                    absl::StrCat("output ", i, " of ", fn.name())));
     }
-    if (i < retained.size() && grads[i].defined()) {
+    if (captures == nullptr && i < retained.size() && grads[i].defined()) {
       if (std::shared_ptr<VariableImpl> impl = retained[i].lock()) {
         TPX_RETURN_IF_ERROR(
             autograd_internal::AccumulateInto(impl->grad, grads[i], impl->value.dtype()));
       }
     }
   }
-  if (captures != nullptr) {
-    auto it = captures->slots.find(&fn);
-    if (it != captures->slots.end()) {
-      for (const auto& [slot, index] : it->second) captures->grads[index] = grads[slot];
-    }
-  }
+  Capture(captures, fn, grads);
 
   bool any_grad = false;
   for (const Tensor& g : grads) any_grad = any_grad || g.defined();
@@ -96,10 +96,10 @@ absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor
     input_grads.resize(fn.num_inputs());
   } else {
     if (GraphAccess::SavedReleased(fn)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "Backward of ", fn.name(),
-          ": its saved tensors were already freed by an earlier Backward; pass "
-          "retain_graph = true to run Backward through a graph more than once"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("Backward of ", fn.name(),
+                       ": its saved tensors were already freed by an earlier Backward; pass "
+                       "retain_graph = true to run Backward through a graph more than once"));
     }
     if (GraphAccess::MaterializesGrads(fn)) {
       for (size_t i = 0; i < grads.size(); ++i) {
@@ -123,10 +123,9 @@ absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor
         continue;
       }
       if (g.shape() != fn.input_shape(i)) {
-        return absl::InternalError(absl::StrCat("Backward of ", fn.name(), " returned ",
-                                                g.ToString(), " as the gradient of input ", i,
-                                                ", which has shape ",
-                                                ShapeString(fn.input_shape(i))));
+        return absl::InternalError(absl::StrCat(
+            "Backward of ", fn.name(), " returned ", g.ToString(), " as the gradient of input ", i,
+            ", which has shape ", ShapeString(fn.input_shape(i))));
       }
       if (g.dtype() != fn.input_dtype(i)) {
         TPX_ASSIGN_OR_RETURN(g, g.To(fn.input_dtype(i)));
@@ -155,7 +154,8 @@ absl::Status RunBackward(absl::Span<const Variable> roots, absl::Span<const Tens
   std::vector<std::pair<Function::Edge, Tensor>> seeds;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Variable& root = roots[i];
-    if (!root.defined()) return absl::InvalidArgumentError(absl::StrCat("Backward: root ", i, " is undefined"));
+    if (!root.defined())
+      return absl::InvalidArgumentError(absl::StrCat("Backward: root ", i, " is undefined"));
     if (!root.requires_grad()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Backward: root ", i, " ", root.ToString(),
@@ -255,8 +255,8 @@ absl::StatusOr<std::vector<Tensor>> Grad(absl::Span<const Variable> roots,
   captures.grads.resize(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Grad: input ", i, " ", inputs[i].ToString(), " does not require grad"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Grad: input ", i, " ", inputs[i].ToString(), " does not require grad"));
     }
     Function::Edge edge = GraphAccess::GradientEdge(inputs[i]);
     captures.slots[edge.function.get()].emplace_back(edge.output_nr, i);

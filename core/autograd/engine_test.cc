@@ -111,6 +111,17 @@ TEST(EngineTest, RootThatFeedsAnotherRoot) {
   EXPECT_EQ(Vec(x.grad()), (std::vector<float>{8}));  // 2*3 + 2
 }
 
+TEST(EngineTest, DeepGraphRunsAndIsFreedWithoutRecursion) {
+  // Neither Backward nor destroying the graph may recurse once per node.
+  Variable x = Leaf({1}, {1});
+  Variable y = x;
+  for (int i = 0; i < 30000; ++i) y = ag::AddScalar(y, 1.0).value();
+  ASSERT_TRUE(Backward(y).ok());
+  EXPECT_EQ(Vec(x.grad()), (std::vector<float>{1}));
+  y = Variable();  // frees the chain
+  EXPECT_TRUE(x.grad().defined());
+}
+
 TEST(EngineTest, RetainGraph) {
   Variable x = Leaf({2}, {1});
   Variable y = ag::Mul(x, x).value();  // saves its inputs
@@ -521,6 +532,7 @@ TEST(GradTest, ReturnsGradientsWithoutAccumulating) {
                  return absl::OkStatus();
                }).ok());
   Variable h = ag::Mul(x, w).value();
+  ASSERT_TRUE(h.RetainGrad().ok());
   Variable loss = ag::Sum(ag::Mul(h, x).value()).value();  // sum(x^2 w)
   Variable unused = Leaf({0}, {1});
   std::vector<Variable> inputs = {x, h, unused};
@@ -533,6 +545,7 @@ TEST(GradTest, ReturnsGradientsWithoutAccumulating) {
   EXPECT_FALSE((*g)[2].defined());
   EXPECT_FALSE(x.grad().defined());
   EXPECT_FALSE(w.grad().defined());
+  EXPECT_FALSE(h.grad().defined());
   EXPECT_EQ(post_calls, 0);
   std::vector<Variable> bad = {Variable(T({1}, {1}))};
   EXPECT_FALSE(Grad(roots, {}, bad).ok());

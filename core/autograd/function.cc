@@ -26,7 +26,25 @@ uint64_t NextSequenceNr() {
 
 }  // namespace
 
-Function::~Function() = default;
+Function::~Function() {
+  // Frees the chain of producers iteratively: destroying a deep graph through
+  // nested shared_ptr destructors would overflow the stack.
+  std::vector<std::shared_ptr<Function>> orphans;
+  auto take_edges = [&orphans](std::vector<Edge>& edges) {
+    for (Edge& e : edges) {
+      if (e.function != nullptr && e.function.use_count() == 1) {
+        orphans.push_back(std::move(e.function));
+      }
+    }
+    edges.clear();
+  };
+  take_edges(next_edges_);
+  while (!orphans.empty()) {
+    std::shared_ptr<Function> fn = std::move(orphans.back());
+    orphans.pop_back();
+    take_edges(fn->next_edges_);
+  }  // each fn is destroyed here, with no edges left to recurse into
+}
 
 bool Function::needs_input_grad(size_t i) const {
   TPX_CHECK(i < needs_input_grad_.size()) << name() << ": input " << i << " of " << num_inputs();
@@ -78,8 +96,8 @@ absl::StatusOr<std::vector<Variable>> ApplyMulti(std::shared_ptr<Function> fn,
   }
   fn->applied_ = true;
   const bool record =
-      GradModeEnabled() &&
-      std::any_of(inputs.begin(), inputs.end(), [](const Variable& v) { return v.requires_grad(); });
+      GradModeEnabled() && std::any_of(inputs.begin(), inputs.end(),
+                                       [](const Variable& v) { return v.requires_grad(); });
 
   std::vector<Tensor> values;
   values.reserve(inputs.size());
@@ -127,8 +145,8 @@ absl::StatusOr<Variable> Apply(std::shared_ptr<Function> fn, absl::Span<const Va
   std::string name = fn ? fn->name() : "";
   TPX_ASSIGN_OR_RETURN(std::vector<Variable> outs, ApplyMulti(std::move(fn), inputs));
   if (outs.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Apply: ", name, " returned ", outs.size(), " outputs; use ApplyMulti"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Apply: ", name, " returned ", outs.size(), " outputs; use ApplyMulti"));
   }
   return std::move(outs[0]);
 }
@@ -191,8 +209,8 @@ absl::StatusOr<std::vector<Tensor>> AccumulateGrad::Backward(
   for (const PostAccumulateHook& hook : post_hooks) {
     absl::Status s = hook(leaf);
     if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("post-accumulate hook of ", leaf.ToString(),
-                                                 ": ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("post-accumulate hook of ", leaf.ToString(), ": ", s.message()));
     }
   }
   return std::vector<Tensor>{};

@@ -14,9 +14,9 @@ absl::StatusOr<Tensor> LayerNormForward(const Tensor& x, const Tensor& weight, c
   const Shape feature_shape = {x.size(-1)};
   for (const Tensor* p : {&weight, &bias}) {
     if (p->defined() && p->shape() != feature_shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "LayerNormForward: ", p == &weight ? "weight " : "bias ", p->ToString(),
-          " does not match the last dim of ", x.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("LayerNormForward: ", p == &weight ? "weight " : "bias ", p->ToString(),
+                       " does not match the last dim of ", x.ToString()));
     }
   }
   TPX_ASSIGN_OR_RETURN(Tensor xf, x.To(DType::kF32));
@@ -45,9 +45,9 @@ absl::StatusOr<Tensor> LayerNormForward(const Tensor& x, const Tensor& weight, c
 absl::StatusOr<LayerNormGrads> LayerNormBackward(const Tensor& grad, const LayerNormSaved& saved,
                                                  const Tensor& weight, NeedGrads need) {
   if (!grad.defined() || grad.shape() != saved.xhat.shape()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LayerNormBackward: gradient ", grad.ToString(),
-                     " does not match the saved input ", saved.xhat.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: gradient ", grad.ToString(),
+                                                   " does not match the saved input ",
+                                                   saved.xhat.ToString()));
   }
   LayerNormGrads out;
   const int64_t h = saved.xhat.size(-1);
@@ -104,14 +104,16 @@ absl::StatusOr<LinearGrads> LinearBackward(const Tensor& grad, const Tensor& x,
   LinearGrads out;
   TPX_ASSIGN_OR_RETURN(Tensor g2, grad.Reshape({-1, grad.size(-1)}));
   if (need.input) {
-    if (!weight.defined()) return absl::InvalidArgumentError("LinearBackward: input gradient needs the weight");
+    if (!weight.defined())
+      return absl::InvalidArgumentError("LinearBackward: input gradient needs the weight");
     TPX_ASSIGN_OR_RETURN(Tensor dx2, ops::Matmul(g2, weight));
     Shape x_shape = grad.shape();
     x_shape.back() = weight.size(-1);
     TPX_ASSIGN_OR_RETURN(out.input, dx2.Reshape(x_shape));
   }
   if (need.weight) {
-    if (!x.defined()) return absl::InvalidArgumentError("LinearBackward: weight gradient needs the input");
+    if (!x.defined())
+      return absl::InvalidArgumentError("LinearBackward: weight gradient needs the input");
     TPX_ASSIGN_OR_RETURN(Tensor x2, x.Reshape({-1, x.size(-1)}));
     TPX_ASSIGN_OR_RETURN(out.weight, ops::Matmul(g2, x2, /*trans_a=*/true, /*trans_b=*/false));
   }

@@ -5,7 +5,8 @@
 //   LayerNormSaved saved;
 //   TPX_ASSIGN_OR_RETURN(Tensor y, ag::LayerNormForward(x, w, b, 1e-5, &saved));
 //   ...
-//   TPX_ASSIGN_OR_RETURN(LayerNormGrads g, ag::LayerNormBackward(dy, saved, w, {true, true, true}));
+//   TPX_ASSIGN_OR_RETURN(LayerNormGrads g, ag::LayerNormBackward(dy, saved, w, {true, true,
+//   true}));
 //
 // Every function returns absl::StatusOr and names itself in errors. Gradients
 // have the dtype of the tensor they belong to (LayerNorm's bias gradient:

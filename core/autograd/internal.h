@@ -76,9 +76,7 @@ class GraphAccess {
   // Where a gradient for v goes: grad_fn for non-leaves, the (created on
   // demand) accumulator for leaves that require grad, else nowhere.
   static Function::Edge GradientEdge(const Variable& v);
-  static std::vector<Function::OutputHook>& OutputHooks(Function& fn) {
-    return fn.output_hooks_;
-  }
+  static std::vector<Function::OutputHook>& OutputHooks(Function& fn) { return fn.output_hooks_; }
   static std::vector<std::weak_ptr<VariableImpl>>& RetainedOutputs(Function& fn) {
     return fn.retained_outputs_;
   }

@@ -71,8 +71,8 @@ absl::StatusOr<Variable> Linear(const Variable& x, const Variable& weight,
 // Layer normalization over the last dim: (x - mean) / sqrt(var + eps) * weight
 // + bias, with weight and bias of shape [size(-1)] (either may be undefined).
 // Statistics are computed in f32 for bf16/f16 inputs.
-absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight,
-                                   const Variable& bias, double eps = 1e-5);
+absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight, const Variable& bias,
+                                   double eps = 1e-5);
 
 // ---- Shapes and views ----
 absl::StatusOr<Variable> Reshape(const Variable& x, Shape shape);

@@ -59,8 +59,8 @@ absl::StatusOr<Variable> Mul(const Variable& a, const Variable& b) {
       [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
         TPX_ASSIGN_OR_RETURN(Tensor y, ops::Mul(in[0], in[1]));
         // da needs b, db needs a.
-        op.Save({op.needs_input_grad(1) ? in[0] : Tensor(),
-                 op.needs_input_grad(0) ? in[1] : Tensor()});
+        op.Save(
+            {op.needs_input_grad(1) ? in[0] : Tensor(), op.needs_input_grad(0) ? in[1] : Tensor()});
         return Tensors{y};
       },
       [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {

@@ -27,7 +27,9 @@ class LambdaOp final : public Function {
   LambdaOp(std::string name, ForwardFn forward, BackwardFn backward)
       : name_(std::move(name)), forward_(std::move(forward)), backward_(std::move(backward)) {}
   std::string name() const override { return name_; }
-  absl::StatusOr<Tensors> Forward(absl::Span<const Tensor> in) override { return forward_(*this, in); }
+  absl::StatusOr<Tensors> Forward(absl::Span<const Tensor> in) override {
+    return forward_(*this, in);
+  }
   absl::StatusOr<Tensors> Backward(absl::Span<const Tensor> g) override {
     return backward_(*this, g);
   }
@@ -56,8 +58,7 @@ inline absl::StatusOr<std::vector<Variable>> ApplyMultiOp(std::string name, Forw
                                                           BackwardFn backward,
                                                           absl::Span<const Variable> inputs) {
   return ApplyMulti(
-      std::make_shared<LambdaOp>(std::move(name), std::move(forward), std::move(backward)),
-      inputs);
+      std::make_shared<LambdaOp>(std::move(name), std::move(forward), std::move(backward)), inputs);
 }
 
 // The gradient of an operand broadcast to g's shape: g summed back to `shape`.

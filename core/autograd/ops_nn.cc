@@ -1,8 +1,8 @@
 // Differentiable reductions, softmax, matrix products and layer norm.
-#include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "core/autograd/functional.h"
 #include "core/autograd/ops.h"
 #include "core/autograd/ops_internal.h"
@@ -32,12 +32,15 @@ absl::StatusOr<Tensor> SpreadOverDim(const Tensor& g, const Shape& shape, int64_
 }
 
 absl::StatusOr<Variable> Reduce(const Variable& x, int64_t dim, bool keepdim, bool mean) {
-  if (!x.defined()) return absl::InvalidArgumentError(mean ? "Mean: undefined Variable" : "Sum: undefined Variable");
+  if (!x.defined())
+    return absl::InvalidArgumentError(mean ? "Mean: undefined Variable"
+                                           : "Sum: undefined Variable");
   TPX_ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, x.dim(), mean ? "Mean" : "Sum"));
   return ApplyOp(
       mean ? "Mean" : "Sum",
       [d, keepdim, mean](LambdaOp&, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
-        TPX_ASSIGN_OR_RETURN(Tensor y, mean ? ops::Mean(in[0], d, keepdim) : ops::Sum(in[0], d, keepdim));
+        TPX_ASSIGN_OR_RETURN(Tensor y,
+                             mean ? ops::Mean(in[0], d, keepdim) : ops::Sum(in[0], d, keepdim));
         return Tensors{y};
       },
       [d, keepdim, mean](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
@@ -146,8 +149,8 @@ absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b) {
       "Matmul",
       [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
         TPX_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(in[0], in[1]));
-        op.Save({op.needs_input_grad(1) ? in[0] : Tensor(),
-                 op.needs_input_grad(0) ? in[1] : Tensor()});
+        op.Save(
+            {op.needs_input_grad(1) ? in[0] : Tensor(), op.needs_input_grad(0) ? in[1] : Tensor()});
         return Tensors{y};
       },
       [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
@@ -177,15 +180,15 @@ absl::StatusOr<Variable> Linear(const Variable& x, const Variable& weight, const
       "Linear",
       [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
         TPX_ASSIGN_OR_RETURN(Tensor y, ops::Linear(in[0], in[1], in[2]));
-        op.Save({op.needs_input_grad(1) ? in[0] : Tensor(),
-                 op.needs_input_grad(0) ? in[1] : Tensor()});
+        op.Save(
+            {op.needs_input_grad(1) ? in[0] : Tensor(), op.needs_input_grad(0) ? in[1] : Tensor()});
         return Tensors{y};
       },
       [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        TPX_ASSIGN_OR_RETURN(
-            LinearGrads d,
-            LinearBackward(g[0], op.Saved(0), op.Saved(1),
-                           {op.needs_input_grad(0), op.needs_input_grad(1), op.needs_input_grad(2)}));
+        TPX_ASSIGN_OR_RETURN(LinearGrads d,
+                             LinearBackward(g[0], op.Saved(0), op.Saved(1),
+                                            {op.needs_input_grad(0), op.needs_input_grad(1),
+                                             op.needs_input_grad(2)}));
         return Tensors{d.input, d.weight, d.bias};
       },
       {x, weight, bias});
@@ -217,8 +220,8 @@ class LayerNormFunction final : public Function {
   LayerNormSaved saved_;
 };
 
-absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight,
-                                   const Variable& bias, double eps) {
+absl::StatusOr<Variable> LayerNorm(const Variable& x, const Variable& weight, const Variable& bias,
+                                   double eps) {
   return Apply(std::make_shared<LayerNormFunction>(eps), {x, weight, bias});
 }
 

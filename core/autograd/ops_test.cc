@@ -102,8 +102,8 @@ TEST(AgOpsTest, Relu) {
 
 TEST(AgOpsTest, MaskedFill) {
   Tensor mask = Tensor::FromVector<bool>({true, false, true}, {3}).value();  // broadcast over rows
-  ExpectGradientsMatch(
-      [mask](Inputs in) { return ag::MaskedFill(in[0], mask, -1e4); }, {RandomLeaf({2, 3}, 24)});
+  ExpectGradientsMatch([mask](Inputs in) { return ag::MaskedFill(in[0], mask, -1e4); },
+                       {RandomLeaf({2, 3}, 24)});
 }
 
 TEST(AgOpsTest, WhereBroadcasting) {
@@ -261,18 +261,27 @@ TEST(AgOpsTest, LayerNormBadWeight) {
 // ---- Shapes and views ----
 
 TEST(AgOpsTest, ReshapeTransposePermute) {
-  ExpectGradientsMatch([](Inputs in) { return ag::Reshape(in[0], {3, -1}); },
-                       {RandomLeaf({2, 3, 2}, 58)});
+  ExpectGradientsMatch(
+      [](Inputs in) {
+        return ag::Reshape(in[0], {3, -1});
+      },
+      {RandomLeaf({2, 3, 2}, 58)});
   ExpectGradientsMatch(
       [](Inputs in) -> absl::StatusOr<Variable> {
         TPX_ASSIGN_OR_RETURN(Variable t, ag::Transpose(in[0], 0, 2));
         return ag::Reshape(t, {-1});  // reshape of a non-contiguous view copies
       },
       {RandomLeaf({2, 3, 2}, 59)});
-  ExpectGradientsMatch([](Inputs in) { return ag::Permute(in[0], {2, 0, 1}); },
-                       {RandomLeaf({2, 3, 4}, 60)});
-  ExpectGradientsMatch([](Inputs in) { return ag::Permute(in[0], {-1, 0, 1}); },
-                       {RandomLeaf({2, 3, 4}, 61)});
+  ExpectGradientsMatch(
+      [](Inputs in) {
+        return ag::Permute(in[0], {2, 0, 1});
+      },
+      {RandomLeaf({2, 3, 4}, 60)});
+  ExpectGradientsMatch(
+      [](Inputs in) {
+        return ag::Permute(in[0], {-1, 0, 1});
+      },
+      {RandomLeaf({2, 3, 4}, 61)});
 }
 
 TEST(AgOpsTest, ViewsShareMemory) {
@@ -286,8 +295,11 @@ TEST(AgOpsTest, UnsqueezeSqueezeExpand) {
   ExpectGradientsMatch([](Inputs in) { return ag::Unsqueeze(in[0], 1); }, {RandomLeaf({2, 3}, 63)});
   ExpectGradientsMatch([](Inputs in) { return ag::Squeeze(in[0], -2); },
                        {RandomLeaf({2, 1, 3}, 64)});
-  ExpectGradientsMatch([](Inputs in) { return ag::Expand(in[0], {4, 2, 3}); },
-                       {RandomLeaf({2, 1}, 65)});
+  ExpectGradientsMatch(
+      [](Inputs in) {
+        return ag::Expand(in[0], {4, 2, 3});
+      },
+      {RandomLeaf({2, 1}, 65)});
 }
 
 TEST(AgOpsTest, Narrow) {
@@ -298,9 +310,8 @@ TEST(AgOpsTest, Narrow) {
 }
 
 TEST(AgOpsTest, Concat) {
-  ExpectGradientsMatch(
-      [](Inputs in) { return ag::Concat(in, 1); },
-      {RandomLeaf({2, 1}, 68), Const({2, 3}, 69), RandomLeaf({2, 2}, 70)});
+  ExpectGradientsMatch([](Inputs in) { return ag::Concat(in, 1); },
+                       {RandomLeaf({2, 1}, 68), Const({2, 3}, 69), RandomLeaf({2, 2}, 70)});
   ExpectGradientsMatch([](Inputs in) { return ag::Concat(in, -2); },
                        {RandomLeaf({1, 3}, 71), RandomLeaf({2, 3}, 72)});
 }

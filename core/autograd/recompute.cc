@@ -75,8 +75,7 @@ class RecomputeFunction final : public Function {
 
 absl::StatusOr<std::vector<Variable>> Recompute(RecomputeFn fn, absl::Span<const Variable> inputs,
                                                 RecomputeOptions options) {
-  return ApplyMulti(std::make_shared<RecomputeFunction>(std::move(fn), std::move(options)),
-                    inputs);
+  return ApplyMulti(std::make_shared<RecomputeFunction>(std::move(fn), std::move(options)), inputs);
 }
 
 }  // namespace tpx::ag

@@ -36,11 +36,10 @@ TEST(RecomputeTest, SameGradientsAsThePlainGraph) {
   auto run = [&](bool recompute, int* runs) {
     Variable x(x0, true), w1(w10, true), w2(w20, true);
     ag::RecomputeFn block = MakeBlock(w1, w2, runs);
-    std::vector<Variable> out =
-        recompute ? ag::Recompute(block, {x}).value() : block({x}).value();
+    std::vector<Variable> out = recompute ? ag::Recompute(block, {x}).value() : block({x}).value();
     // Both outputs used downstream.
-    Variable loss = ag::Add(ag::Sum(out[0]).value(), ag::Sum(ag::Mul(out[1], out[1]).value()).value())
-                        .value();
+    Variable loss =
+        ag::Add(ag::Sum(out[0]).value(), ag::Sum(ag::Mul(out[1], out[1]).value()).value()).value();
     EXPECT_TRUE(Backward(loss).ok());
     return std::vector<Tensor>{x.grad(), w1.grad(), w2.grad()};
   };

@@ -40,9 +40,8 @@ absl::StatusOr<Tensor> RunGradHooks(const std::vector<GradHook>& hooks, Tensor g
     Shape shape = grad.shape();
     absl::StatusOr<Tensor> replaced = hook(grad);
     if (!replaced.ok()) {
-      return absl::Status(replaced.status().code(),
-                          absl::StrCat("gradient hook of ", who, ": ",
-                                       replaced.status().message()));
+      return absl::Status(replaced.status().code(), absl::StrCat("gradient hook of ", who, ": ",
+                                                                 replaced.status().message()));
     }
     if (replaced->defined() && replaced->shape() != shape) {
       return absl::InvalidArgumentError(
@@ -61,6 +60,9 @@ std::shared_ptr<VariableImpl> GraphAccess::SharedImpl(const Variable& v) { retur
 
 Variable::Variable(Tensor value, bool requires_grad, std::string name)
     : impl_(std::make_shared<VariableImpl>()) {
+  TPX_CHECK(!requires_grad || (value.defined() && IsFloatingPoint(value.dtype())))
+      << "Variable " << name << ": requires_grad needs a defined floating tensor, got "
+      << (value.defined() ? value.ToString() : "an undefined tensor");
   impl_->value = std::move(value);
   impl_->requires_grad = requires_grad;
   impl_->name = std::move(name);
@@ -115,8 +117,8 @@ const Tensor& Variable::grad() const {
 absl::Status Variable::set_grad(Tensor grad) {
   if (impl_ == nullptr) return absl::InvalidArgumentError("set_grad: undefined Variable");
   if (grad.defined() && grad.shape() != impl_->value.shape()) {
-    return absl::InvalidArgumentError(absl::StrCat("set_grad: gradient ", grad.ToString(),
-                                                   " does not match ", ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("set_grad: gradient ", grad.ToString(), " does not match ", ToString()));
   }
   impl_->grad = std::move(grad);
   return absl::OkStatus();
@@ -148,9 +150,8 @@ Variable Variable::Detach() const {
 
 absl::Status Variable::RetainGrad() {
   if (!requires_grad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RetainGrad: ", defined() ? ToString() : "undefined Variable",
-                     " does not require grad"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RetainGrad: ", defined() ? ToString() : "undefined Variable", " does not require grad"));
   }
   if (is_leaf() || impl_->retains_grad) return absl::OkStatus();
   impl_->retains_grad = true;
@@ -166,9 +167,8 @@ bool Variable::retains_grad() const { return impl_ != nullptr && impl_->retains_
 
 absl::StatusOr<HookId> Variable::RegisterHook(GradHook hook) {
   if (!requires_grad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RegisterHook: ", defined() ? ToString() : "undefined Variable",
-                     " does not require grad"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RegisterHook: ", defined() ? ToString() : "undefined Variable", " does not require grad"));
   }
   HookId id = autograd_internal::NextHookId();
   if (is_leaf()) {

@@ -25,6 +25,8 @@
 //  - RegisterPostAccumulateHook (leaves): runs once per Backward pass after
 //    the pass's gradient for this leaf is accumulated; the place to add
 //    grad() into main_grad() or to launch a data-parallel all-reduce.
+//  A hook must not capture its own Variable (that would keep it and its graph
+//  alive forever); the post-accumulate hook receives the leaf as an argument.
 //
 // Thread-safety: a Variable is not synchronised; one thread at a time may run
 // ops or Backward on a graph.
@@ -66,7 +68,8 @@ class Variable {
  public:
   // An undefined Variable (defined() == false), e.g. "no bias".
   Variable() = default;
-  // A leaf holding `value` (shared, not copied).
+  // A leaf holding `value` (shared, not copied). requires_grad needs a
+  // defined floating value (a programming error otherwise: aborts).
   explicit Variable(Tensor value, bool requires_grad = false, std::string name = {});
 
   bool defined() const { return impl_ != nullptr; }
