@@ -82,17 +82,32 @@ std::string FormatBytes(int64_t bytes) {
   return absl::StrFormat("%.4g %s", value, units[unit]);
 }
 
-std::string DescribeCollective(const CollectiveArgs& args, int rank, uint64_t seq) {
-  std::string out = args.name;
+OpSummary Summarize(const CollectiveArgs& args, int rank) {
+  OpSummary s;
+  s.name = args.name;
+  s.kind = args.kind;
+  s.dtype = args.dtype;
+  s.op = args.op;
+  s.peer = args.peer;
+  s.tag = args.tag;
+  s.bytes = PayloadBytes(args, rank);
+  return s;
+}
+
+std::string DescribeCollective(const OpSummary& s, uint64_t seq) {
+  std::string out = s.name;
   if (seq > 0) absl::StrAppend(&out, " #", seq);
-  if (args.kind == CollectiveKind::kBarrier) return out;
-  absl::StrAppend(&out, " (", FormatBytes(PayloadBytes(args, rank)), " ",
-                  std::string(DTypeName(args.dtype)));
-  if (IsReduction(args.kind)) absl::StrAppend(&out, ", ", ReduceOpName(args.op));
-  if (HasRoot(args.kind)) absl::StrAppend(&out, ", root ", args.peer);
-  if (IsPointToPoint(args.kind)) absl::StrAppend(&out, ", peer ", args.peer, ", tag ", args.tag);
+  if (s.kind == CollectiveKind::kBarrier) return out;
+  absl::StrAppend(&out, " (", FormatBytes(s.bytes), " ", std::string(DTypeName(s.dtype)));
+  if (IsReduction(s.kind)) absl::StrAppend(&out, ", ", ReduceOpName(s.op));
+  if (HasRoot(s.kind)) absl::StrAppend(&out, ", root ", s.peer);
+  if (IsPointToPoint(s.kind)) absl::StrAppend(&out, ", peer ", s.peer, ", tag ", s.tag);
   absl::StrAppend(&out, ")");
   return out;
+}
+
+std::string DescribeCollective(const CollectiveArgs& args, int rank, uint64_t seq) {
+  return DescribeCollective(Summarize(args, rank), seq);
 }
 
 }  // namespace tpx::comm

@@ -71,7 +71,21 @@ bool HasRoot(CollectiveKind kind);
 // Total bytes this rank contributes (for messages).
 int64_t PayloadBytes(const CollectiveArgs& args, int rank);
 
+// What a message needs to say about an operation, cheap to keep per
+// in-flight op (no vectors, no strings).
+struct OpSummary {
+  const char* name = "barrier";
+  CollectiveKind kind = CollectiveKind::kBarrier;
+  DType dtype = DType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int32_t peer = 0;
+  int32_t tag = 0;
+  int64_t bytes = 0;
+};
+OpSummary Summarize(const CollectiveArgs& args, int rank);
+
 // "all_reduce #42 (16 MiB f32, sum)"; seq 0 means unnumbered.
+std::string DescribeCollective(const OpSummary& op, uint64_t seq);
 std::string DescribeCollective(const CollectiveArgs& args, int rank, uint64_t seq);
 
 // "16 MiB", "1.5 KiB", "12 B".

@@ -57,7 +57,7 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(env->rank, 1);
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->store_host, "localhost");
-  EXPECT_EQ(env->store_port, 29500);
+  EXPECT_EQ(env->store_port, 29501);  // MASTER_PORT itself belongs to torchrun's store
   EXPECT_FALSE(env->store_hosted_by_launcher);
 }
 
@@ -69,6 +69,7 @@ TEST(LaunchEnv, OpenMpiAndSlurm) {
   EXPECT_EQ(mpi->launcher, "openmpi");
   EXPECT_EQ(mpi->rank, 5);
   EXPECT_EQ(mpi->local_world_size, 4);
+  EXPECT_EQ(mpi->store_port, 1235);
   auto slurm = FromMap({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"},
                         {"SLURM_NTASKS_PER_NODE", "2(x2)"}, {"TPX_STORE_PORT", "999"}});
   ASSERT_TRUE(slurm.ok()) << slurm.status();

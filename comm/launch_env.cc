@@ -64,7 +64,9 @@ absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   const char* host_var = env("TPX_STORE_ADDR") ? "TPX_STORE_ADDR" : "MASTER_ADDR";
   const char* port_var = env("TPX_STORE_PORT") ? "TPX_STORE_PORT" : "MASTER_PORT";
   if (const char* host = env(host_var); host != nullptr && host[0] != '\0') out.store_host = host;
-  TPX_ASSIGN_OR_RETURN(out.store_port, ReadInt(env, port_var, 0, 0, 65535));
+  TPX_ASSIGN_OR_RETURN(out.store_port, ReadInt(env, port_var, 0, 0, 65534));
+  // torchrun's own agent store already listens on MASTER_PORT: use the next one.
+  if (out.store_port > 0 && env("TPX_STORE_PORT") == nullptr) ++out.store_port;
   if (out.world_size > 1 && out.store_port == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", out.rank, " of ", out.world_size, " (launcher: ", out.launcher,

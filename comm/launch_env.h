@@ -10,7 +10,8 @@
 //   Open MPI:      OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
 //   Slurm (srun):  SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
 //   none:          a single process (rank 0 of 1)
-// Store: TPX_STORE_ADDR / TPX_STORE_PORT, else MASTER_ADDR / MASTER_PORT.
+// Store: TPX_STORE_ADDR / TPX_STORE_PORT, else MASTER_ADDR and MASTER_PORT + 1
+// (torchrun's own store already listens on MASTER_PORT itself).
 // TPX_STORE_HOSTED=1 says the launcher hosts the store (rank 0 then only
 // connects). Errors name the variable and its value.
 #ifndef TPX_COMM_LAUNCH_ENV_H_

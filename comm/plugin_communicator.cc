@@ -42,9 +42,8 @@ struct Shared {
 
 class PluginWork : public WorkImpl {
  public:
-  PluginWork(std::shared_ptr<Shared> shared, tpx_request_t request, uint64_t seq,
-             std::string what)
-      : shared_(std::move(shared)), request_(request), seq_(seq), what_(std::move(what)) {}
+  PluginWork(std::shared_ptr<Shared> shared, tpx_request_t request, uint64_t seq, OpSummary op)
+      : shared_(std::move(shared)), request_(request), seq_(seq), op_(op) {}
   ~PluginWork() override { shared_->plugin->api().request_free(request_); }
 
   bool Wait(absl::Duration timeout, absl::Status* status) override {
@@ -104,7 +103,8 @@ class PluginWork : public WorkImpl {
 
   absl::Status Explain(const absl::Status& backend) {
     const bool is_timeout = backend.code() == absl::StatusCode::kDeadlineExceeded;
-    std::string out = absl::StrCat(what_, " on rank ", shared_->options.rank, " of ",
+    std::string out = absl::StrCat(DescribeCollective(op_, seq_), " on rank ",
+                                   shared_->options.rank, " of ",
                                    shared_->options.name);
     if (is_timeout) {
       absl::StrAppend(&out, " timed out after ", absl::FormatDuration(shared_->options.timeout));
@@ -121,7 +121,7 @@ class PluginWork : public WorkImpl {
   std::shared_ptr<Shared> shared_;
   tpx_request_t request_;
   uint64_t seq_;
-  std::string what_;
+  OpSummary op_;  // the message is only built on failure
 };
 
 // What every rank must agree on for one collective (TPX_COMM_DEBUG).
@@ -195,14 +195,14 @@ class PluginCommunicatorImpl : public Communicator {
     tpx_request_t request = nullptr;
     tpx_error_t err{};
     int rc = PostRaw(args, seq, &request, &err);
-    std::string what = DescribeCollective(args, rank(), IsPointToPoint(args.kind) ? 0 : seq);
+    const uint64_t numbered = IsPointToPoint(args.kind) ? 0 : seq;
     if (rc != TPX_OK) {
-      return Work(PluginCodeToStatus(rc, err, absl::StrCat(what, " on rank ", rank(),
-                                                           ": backend rejected it")));
+      return Work(PluginCodeToStatus(
+          rc, err,
+          absl::StrCat(DescribeCollective(args, rank(), numbered), " on rank ", rank(),
+                       ": backend rejected it")));
     }
-    return Work(std::make_shared<PluginWork>(shared_, request,
-                                             IsPointToPoint(args.kind) ? 0 : seq,
-                                             std::move(what)));
+    return Work(std::make_shared<PluginWork>(shared_, request, numbered, Summarize(args, rank())));
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> SplitGrouped(int color, int key,

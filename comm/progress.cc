@@ -78,8 +78,9 @@ std::string ProgressTracker::Explain(uint64_t seq, absl::Duration read_timeout) 
   // Peers publish at most once per period, so a live peer that did enter
   // `seq` may not show it yet: re-read for up to two periods before calling
   // anyone missing. Only failures pay this wait.
-  const absl::Time settle_until = absl::Now() + 2 * period_ + absl::Milliseconds(100);
-  const absl::Time deadline = absl::Now() + std::max(read_timeout, 2 * period_ + absl::Seconds(1));
+  const absl::Duration settle = std::min(2 * period_ + absl::Milliseconds(100), absl::Seconds(3));
+  const absl::Time settle_until = absl::Now() + settle;
+  const absl::Time deadline = absl::Now() + std::max(read_timeout, settle);
   struct Peer {
     bool known = false;
     uint64_t entered = 0, completed = 0;

@@ -17,11 +17,10 @@ std::unique_ptr<FileStore> OpenStore(const std::string& name) {
 
 TEST(ProgressTracker, NamesRanksThatNeverEnteredAndWhatTheyCompleted) {
   auto store = OpenStore("progress1");
-  // Hour-long periods: only explicit publishes reach the store.
-  ProgressTracker r0(store.get(), "world", 0, 4, absl::Hours(1));
-  ProgressTracker r1(store.get(), "world", 1, 4, absl::Hours(1));
-  ProgressTracker r2(store.get(), "world", 2, 4, absl::Hours(1));
-  ProgressTracker r3(store.get(), "world", 3, 4, absl::Hours(1));
+  ProgressTracker r0(store.get(), "world", 0, 4, absl::Milliseconds(20));
+  ProgressTracker r1(store.get(), "world", 1, 4, absl::Milliseconds(20));
+  ProgressTracker r2(store.get(), "world", 2, 4, absl::Milliseconds(20));
+  ProgressTracker r3(store.get(), "world", 3, 4, absl::Milliseconds(20));
   r0.Entered(7);
   r0.Completed(6);
   r1.Entered(7);
@@ -37,9 +36,9 @@ TEST(ProgressTracker, NamesRanksThatNeverEnteredAndWhatTheyCompleted) {
 
 TEST(ProgressTracker, EveryRankEntered) {
   auto store = OpenStore("progress2");
-  ProgressTracker r0(store.get(), "c", 0, 3, absl::Hours(1));
-  ProgressTracker r1(store.get(), "c", 1, 3, absl::Hours(1));
-  ProgressTracker r2(store.get(), "c", 2, 3, absl::Hours(1));
+  ProgressTracker r0(store.get(), "c", 0, 3, absl::Milliseconds(20));
+  ProgressTracker r1(store.get(), "c", 1, 3, absl::Milliseconds(20));
+  ProgressTracker r2(store.get(), "c", 2, 3, absl::Milliseconds(20));
   for (ProgressTracker* t : {&r0, &r1, &r2}) t->Entered(3);
   r2.Completed(3);
   ASSERT_TRUE(r1.Publish().ok());

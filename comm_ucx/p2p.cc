@@ -1,5 +1,7 @@
 #include "comm_ucx/p2p.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <set>
 
@@ -93,7 +95,12 @@ Status OpIo::CheckHealth() {
     std::set<int> failed;
     for (size_t i = first_incomplete_; i < pending_.size(); ++i) {
       const Pending& p = pending_[i];
-      if (p.request != nullptr && worker_.peer_status(p.peer) != UCS_OK) failed.insert(p.peer);
+      // Completed requests not yet reaped do not count: a peer may finish
+      // its part and leave before this rank processed the last message.
+      if (p.request != nullptr && worker_.peer_status(p.peer) != UCS_OK &&
+          ucp_request_check_status(p.request) == UCS_INPROGRESS) {
+        failed.insert(p.peer);
+      }
     }
     if (!failed.empty()) {
       std::string what;
@@ -191,11 +198,13 @@ void OpIo::Abandon() {
   if (sends_pending && !worker_.closed()) {
     worker_.CloseEndpoints(Clock::now() + std::chrono::milliseconds(100), /*force=*/true);
   }
-  auto until = Clock::now() + std::chrono::seconds(1);
+  // Requests to a dead peer may never complete; freeing them anyway lets
+  // UCX release them when the worker goes away.
+  auto until = Clock::now() + std::chrono::milliseconds(200);
   for (Pending& p : pending_) {
     if (p.request == nullptr) continue;
     while (ucp_request_check_status(p.request) == UCS_INPROGRESS && Clock::now() < until) {
-      worker_.Progress();
+      if (!worker_.Progress()) sched_yield();
     }
     ucp_request_free(p.request);
     p.request = nullptr;

@@ -40,8 +40,9 @@ struct RunOptions {
   std::set<int> may_die;
   // Whole-run limit; ranks still running then are killed and reported.
   int64_t run_timeout_ms = 120000;
-  // Environment variables set in each rank before the plugin loads.
-  std::vector<std::pair<std::string, std::string>> env;
+  // Environment variables set in each rank before the plugin loads. UCX's
+  // TCP transport is kept on the loopback device: ranks here share a host.
+  std::vector<std::pair<std::string, std::string>> env = {{"UCX_NET_DEVICES", "lo"}};
 };
 
 // Forks `world` processes. Each loads the plugin, creates a communicator

@@ -116,9 +116,13 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
   return io.WaitAll();
 }
 
-Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase) {
+Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase,
+                     const void* own_block, const std::function<void()>& while_in_flight) {
   const int n = io.size(), r = io.rank();
-  if (n == 1) return Status();
+  if (n == 1) {
+    if (while_in_flight) while_in_flight();
+    return Status();
+  }
   const int right = RankMod(r + 1, n), left = RankMod(r - 1, n);
   const Chunking ch = ChunkingFor(elem_size);
   const int64_t max_chunks = ch.Count(blocks.max_count());
@@ -137,10 +141,12 @@ Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks
                                  ch.Length(blocks.counts[b], c) * elem_size));
     }
   }
+  const char* own = own_block != nullptr ? static_cast<const char*>(own_block) : chunk_ptr(r, 0);
   for (int64_t c = 0; c < ch.Count(blocks.counts[r]); ++c) {
-    io.Send(right, Sub(phase, index(0, c)), chunk_ptr(r, c),
+    io.Send(right, Sub(phase, index(0, c)), own + ch.Begin(c) * elem_size,
             ch.Length(blocks.counts[r], c) * elem_size);
   }
+  if (while_in_flight) while_in_flight();
   for (int s = 0; s + 1 < n - 1; ++s) {
     const int b = RankMod(r - s - 1, n);
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {

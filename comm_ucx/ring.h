@@ -11,6 +11,7 @@
 #define TPX_COMM_UCX_RING_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "comm/plugin_abi.h"
@@ -43,9 +44,13 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
                          const std::vector<int64_t>& input_displs, void* acc,
                          const Blocks& blocks, Phase phase);
 
-// `buf` holds this rank's block (elements of `elem_size` bytes) in place;
-// afterwards it holds every rank's block.
-Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase);
+// Afterwards `buf` holds every rank's block (elements of `elem_size` bytes).
+// This rank's block is sent from `own_block` when given, else from its
+// place in `buf`. `while_in_flight`, if set, runs once the first messages
+// are posted (e.g. to copy the own block into place meanwhile).
+Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks, Phase phase,
+                     const void* own_block = nullptr,
+                     const std::function<void()>& while_in_flight = nullptr);
 
 }  // namespace tpx::ucx
 

@@ -159,7 +159,8 @@ TEST_P(WorldTest, AllReduceEveryOpAndDtype) {
 
 TEST_P(WorldTest, AllReduceWithManySmallChunks) {
   RunOptions options;
-  options.env = {{"TPX_UCX_CHUNK_BYTES", "4096"}, {"TPX_UCX_SMALL_BYTES", "64"}};
+  options.env.push_back({"TPX_UCX_CHUNK_BYTES", "4096"});
+  options.env.push_back({"TPX_UCX_SMALL_BYTES", "64"});
   EXPECT_EQ(RunRanks(GetParam(), AllReduceCases, options), "");
 }
 
@@ -515,11 +516,42 @@ TEST(UcxPlugin, SplitCommunicatorsWorkConcurrentlyFromThreads) {
             "");
 }
 
+TEST(UcxPlugin, OperationsProgressWithoutWait) {
+  // Ranks only poll test(): the communicator's own thread must move the data.
+  EXPECT_EQ(RunRanks(3, [](RankEnv& env) -> std::string {
+              for (int64_t count : {16, 300000}) {
+                std::vector<float> x(count, static_cast<float>(env.rank + 1));
+                auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+                a.count = count;
+                a.send = a.recv = x.data();
+                tpx_request_t req = nullptr;
+                tpx_error_t err{};
+                if (env.plugin->post(env.comm, &a, &req, &err) != TPX_OK) return err.message;
+                int done = 0, code = TPX_OK;
+                while (!done) {
+                  code = env.plugin->test(req, &done, &err);
+                  if (!done) usleep(100);
+                }
+                env.plugin->request_free(req);
+                if (code != TPX_OK) return err.message;
+                for (int64_t i = 0; i < count; ++i) {
+                  if (x[i] != 6.0f) return Mismatch("polled all_reduce", i, x[i], 6.0);
+                }
+              }
+              return "";
+            }),
+            "");
+}
+
 TEST(UcxPlugin, DeadPeerFailsPendingAndLaterOps) {
   RunOptions options;
   options.comm_timeout_ms = 3000;
   options.may_die = {2};
   EXPECT_EQ(RunRanks(3, [](RankEnv& env) -> std::string {
+              // Everyone is connected before rank 2 dies.
+              if (std::string e = RunOp(env, MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32)); !e.empty()) {
+                return "barrier: " + e;
+              }
               if (env.rank == 2) raise(SIGKILL);
               for (int64_t count : {16, 1 << 20}) {
                 std::vector<float> x(count, 1.0f);
@@ -532,6 +564,39 @@ TEST(UcxPlugin, DeadPeerFailsPendingAndLaterOps) {
                   return "expected UNAVAILABLE or DEADLINE_EXCEEDED, got '" + e + "'";
                 }
                 if (e.find("all_reduce") == std::string::npos) return "message lacks the op: " + e;
+              }
+              return "";
+            }, options),
+            "");
+}
+
+TEST(UcxPlugin, PeerKilledDuringLargeTransfer) {
+  // Rank 1 dies while rendezvous transfers of a large all-reduce are in
+  // flight; the survivors must get an error, not a crash or a hang.
+  RunOptions options;
+  options.comm_timeout_ms = 3000;
+  options.may_die = {1};
+  EXPECT_EQ(RunRanks(3, [](RankEnv& env) -> std::string {
+              const int64_t count = 16 << 20;
+              std::vector<float> x(count, 1.0f);
+              auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+              a.count = count;
+              a.send = a.recv = x.data();
+              if (std::string e = RunOp(env, MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32)); !e.empty()) {
+                return "barrier: " + e;
+              }
+              tpx_request_t req = nullptr;
+              tpx_error_t err{};
+              if (env.plugin->post(env.comm, &a, &req, &err) != TPX_OK) return err.message;
+              if (env.rank == 1) {
+                usleep(3000);
+                raise(SIGKILL);
+              }
+              int code = env.plugin->wait(req, -1, &err);
+              env.plugin->request_free(req);
+              if (code == TPX_OK) return "";  // finished before the peer died
+              if (code != TPX_ERR_UNAVAILABLE && code != TPX_ERR_DEADLINE_EXCEEDED) {
+                return "unexpected code " + std::to_string(code) + ": " + err.message;
               }
               return "";
             }, options),

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <tuple>
@@ -120,9 +121,12 @@ absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void*
         {DNNL_ARG_SRC, dnnl::memory(a_md, CpuEngine(), const_cast<void*>(a))},
         {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, CpuEngine(), const_cast<void*>(b))},
         {DNNL_ARG_DST, dnnl::memory(c_md, CpuEngine(), c)}};
-    std::vector<char> scratchpad(mm.scratchpad.get_size());
-    if (!scratchpad.empty()) {
-      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(mm.scratchpad, CpuEngine(), scratchpad.data()));
+    const size_t scratch_bytes = mm.scratchpad.get_size();
+    std::unique_ptr<char[]> scratchpad;  // uninitialised: the library writes before reading
+    if (scratch_bytes > 0) {
+      scratchpad.reset(new char[scratch_bytes]);
+      args.emplace(DNNL_ARG_SCRATCHPAD,
+                   dnnl::memory(mm.scratchpad, CpuEngine(), scratchpad.get()));
     }
     thread_local dnnl::stream stream(CpuEngine());
     mm.primitive.execute(stream, args);

@@ -24,6 +24,9 @@
 //  - Binary ops need equal dtypes, except the ...InPlace accumulators, which
 //    convert src to dst's dtype (f32 main_grad += bf16 grad).
 //  - All ops run on CPU tensors; CUDA tensors give FailedPrecondition.
+//  - Threads: elementwise ops and reductions run on the calling thread; GEMMs
+//    use GemmThreads() threads (core/gemm.h). Ops may run concurrently from
+//    several threads as long as no two write the same tensor.
 #ifndef TPX_CORE_OPS_H_
 #define TPX_CORE_OPS_H_
 
@@ -71,7 +74,8 @@ absl::StatusOr<Tensor> AddScalar(const Tensor& t, double s);
 
 // dst += alpha * src, in place. src broadcasts to dst's shape (not the other
 // way) and is converted to dst's dtype; dst must be floating. This is the
-// gradient accumulator: f32 dst with bf16 src is fine.
+// gradient accumulator: f32 dst with bf16 src is fine. src may be dst itself
+// but must not partially overlap it.
 absl::Status AddInPlace(const Tensor& dst, const Tensor& src, double alpha = 1.0);
 // dst *= s, in place.
 absl::Status ScaleInPlace(const Tensor& dst, double s);
@@ -120,7 +124,8 @@ absl::StatusOr<Tensor> Argmax(const Tensor& t, int64_t dim, bool keepdim = false
 // Sum of all elements as a 0-d tensor (dtype as for Sum).
 absl::StatusOr<Tensor> SumAll(const Tensor& t);
 // Sums t down to `shape`, the inverse of broadcasting `shape` to t.shape():
-// the gradient of a broadcast operand. Error if shape does not broadcast to t.
+// the gradient of a broadcast operand. Returns t itself (shared storage)
+// when nothing needs summing. Error if shape does not broadcast to t.
 absl::StatusOr<Tensor> SumTo(const Tensor& t, absl::Span<const int64_t> shape);
 // Numerically stable softmax / log-softmax along dim (floating).
 absl::StatusOr<Tensor> Softmax(const Tensor& t, int64_t dim);

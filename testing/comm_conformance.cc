@@ -729,4 +729,36 @@ void TensorConformance(RankContext& ctx) {
   TPX_EXPECT_OK(c.Barrier(), "barrier after tensor errors");
 }
 
+void WorkConformance(RankContext& ctx) {
+  if (ctx.size < 2) return;
+  // The last rank joins late, so the others' all-reduce is still running.
+  int32_t x = ctx.rank;
+  if (ctx.rank == ctx.size - 1) {
+    ASSERT_TRUE(ctx.store.Wait({"work/checked"}, absl::Seconds(30)).ok());
+  }
+  Work w = ctx.comm.AllReduce(&x, 1, DType::kI32, ReduceOp::kSum);
+  if (ctx.rank == 0) {
+    EXPECT_FALSE(w.IsCompleted());
+    absl::Status s = w.Wait(absl::Milliseconds(5));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_NE(s.message().find("still running"), std::string::npos) << s;
+    ASSERT_TRUE(ctx.store.Set("work/checked", "1").ok());
+  }
+  EXPECT_TRUE(w.Wait().ok());
+  EXPECT_TRUE(w.IsCompleted());
+  EXPECT_TRUE(w.Wait().ok()) << "waiting again returns the same status";
+  EXPECT_EQ(x, ctx.size * (ctx.size - 1) / 2);
+  // Several in flight, waited on in reverse order.
+  std::vector<int32_t> v(8);
+  std::vector<Work> works;
+  for (int i = 0; i < 8; ++i) {
+    v[i] = i;
+    works.push_back(ctx.comm.AllReduce(&v[i], 1, DType::kI32, ReduceOp::kSum));
+  }
+  for (int i = 7; i >= 0; --i) {
+    ASSERT_TRUE(works[i].Wait().ok());
+    EXPECT_EQ(v[i], i * ctx.size);
+  }
+}
+
 }  // namespace tpx::testing

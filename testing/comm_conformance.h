@@ -40,6 +40,9 @@ void BackToBackConformance(RankContext& ctx);
 void LargeAllReduceConformance(RankContext& ctx);
 // The Tensor forms: shapes along dim 0, results, and shape errors.
 void TensorConformance(RankContext& ctx);
+// Work handles: Wait(timeout) on a running op says "still running" and
+// leaves it running; ops complete in issue order.
+void WorkConformance(RankContext& ctx);
 // Bad arguments give InvalidArgument naming op, argument and rank; the
 // communicator stays usable.
 void InvalidArgumentConformance(RankContext& ctx);

@@ -45,6 +45,7 @@ TEST_P(Conformance, Split) { Run(SplitConformance); }
 TEST_P(Conformance, BackToBack) { Run(BackToBackConformance); }
 TEST_P(Conformance, LargeAllReduce) { Run(LargeAllReduceConformance); }
 TEST_P(Conformance, Tensor) { Run(TensorConformance); }
+TEST_P(Conformance, Work) { Run(WorkConformance); }
 TEST_P(Conformance, InvalidArguments) { Run(InvalidArgumentConformance); }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, Conformance,

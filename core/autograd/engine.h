@@ -16,6 +16,9 @@
 // Errors: a root that is undefined or does not require grad; a missing or
 // mis-shaped grad_output; the first error of any Backward or hook, prefixed
 // with the Function's name. Gradients accumulated before the error stay.
+// Thread-safety: run one Backward at a time over graphs that share Variables.
+// Not supported: gradients of gradients (create_graph), and detecting
+// in-place writes to tensors a Function saved.
 #ifndef TPX_CORE_AUTOGRAD_ENGINE_H_
 #define TPX_CORE_AUTOGRAD_ENGINE_H_
 

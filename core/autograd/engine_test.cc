@@ -438,6 +438,49 @@ TEST(HookTest, MainGradAccumulationThroughHooks) {
   EXPECT_EQ(Vec(w.main_grad()), (std::vector<float>{3, 3}));
 }
 
+// y = x W^T whose Backward accumulates dW straight into W's f32 main_grad
+// (gradient-accumulation fusion) and returns no gradient for W.
+class LinearIntoMainGrad final : public Function {
+ public:
+  explicit LinearIntoMainGrad(Variable weight) : weight_(std::move(weight)) {}
+  std::string name() const override { return "LinearIntoMainGrad"; }
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
+    SaveForBackward({in[0], in[1]});
+    TPX_ASSIGN_OR_RETURN(Tensor y, ops::Linear(in[0], in[1]));
+    return std::vector<Tensor>{y};
+  }
+  absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
+    TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Matmul(g[0], saved(1)));
+    TPX_RETURN_IF_ERROR(ops::MatmulInto(weight_.main_grad(), g[0], saved(0), /*trans_a=*/true,
+                                        /*trans_b=*/false, 1.0f, /*beta=*/1.0f));
+    return std::vector<Tensor>{dx, Tensor()};
+  }
+
+ private:
+  Variable weight_;
+};
+
+TEST(HookTest, FunctionAccumulatingIntoMainGradStillFiresPostHooks) {
+  Variable w(T({1, 2, 3, 4}, {2, 2}).To(DType::kBF16).value(), true, "w");
+  w.set_main_grad(Tensor::Zeros({2, 2}, DType::kF32).value());
+  int post_calls = 0;
+  ASSERT_TRUE(w.RegisterPostAccumulateHook([&post_calls](Variable&) {
+                 ++post_calls;
+                 return absl::OkStatus();
+               }).ok());
+  for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+    Variable x(T({1, 0, 0, 2}, {2, 2}).To(DType::kBF16).value(), true);
+    Variable y = Apply(std::make_shared<LinearIntoMainGrad>(w), {x, w}).value();
+    ASSERT_TRUE(Backward(ag::Sum(ag::To(y, DType::kF32).value()).value()).ok());
+    // dx = ones @ W: column sums of W.
+    EXPECT_EQ(Vec(x.grad()), (std::vector<float>{4, 6, 4, 6}));
+  }
+  EXPECT_EQ(post_calls, 2);
+  EXPECT_FALSE(w.grad().defined());
+  // dW = ones^T @ x = [[1, 2], [1, 2]] per micro-batch.
+  EXPECT_EQ(Vec(w.main_grad()), (std::vector<float>{2, 4, 2, 4}));
+}
+
 TEST(HookTest, PostAccumulateHookSeesAccumulatedGrad) {
   Variable w = Leaf({1, 2}, {2});
   std::vector<float> seen;

@@ -39,6 +39,10 @@
 //    come out of Backward(), prefixed with "Backward of <name>: ".
 //  - Backward runs with grad mode off and may call Backward() itself on
 //    another graph (the engine is reentrant), as recomputation does.
+//  - To fuse gradient accumulation, Backward may add a weight's gradient into
+//    its main_grad() itself (the weight Variable passed to the constructor)
+//    and return no gradient for it; the weight's post-accumulate hooks (e.g. a
+//    data-parallel all-reduce) still run.
 #ifndef TPX_CORE_AUTOGRAD_FUNCTION_H_
 #define TPX_CORE_AUTOGRAD_FUNCTION_H_
 

@@ -13,14 +13,15 @@ namespace {
 
 class RecomputeFunction final : public Function {
  public:
-  RecomputeFunction(RecomputeFn fn, RecomputeOptions options)
-      : fn_(std::move(fn)), options_(std::move(options)) {
+  RecomputeFunction(RecomputeFn fn, RecomputeOptions options, size_t num_block_inputs)
+      : fn_(std::move(fn)), options_(std::move(options)), num_block_inputs_(num_block_inputs) {
     set_materialize_grads(false);  // outputs without a gradient are not roots
   }
 
   std::string name() const override { return "Recompute"; }
 
-  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> inputs) override {
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> all_inputs) override {
+    absl::Span<const Tensor> inputs = all_inputs.subspan(0, num_block_inputs_);
     std::vector<Variable> in;
     for (const Tensor& t : inputs) in.push_back(t.defined() ? Variable(t) : Variable());
     TPX_ASSIGN_OR_RETURN(std::vector<Variable> out, fn_(in));  // grad mode is off here
@@ -56,9 +57,9 @@ class RecomputeFunction final : public Function {
     }
     if (!roots.empty()) TPX_RETURN_IF_ERROR(tpx::Backward(roots, grads));
     if (options_.after_recompute) TPX_RETURN_IF_ERROR(options_.after_recompute());
-    std::vector<Tensor> input_grads;
-    for (const Variable& leaf : leaves) {
-      input_grads.push_back(leaf.defined() ? leaf.grad() : Tensor());
+    std::vector<Tensor> input_grads(num_inputs());  // the anchor gets none
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (leaves[i].defined()) input_grads[i] = leaves[i].grad();
     }
     return input_grads;
   }
@@ -69,13 +70,24 @@ class RecomputeFunction final : public Function {
  private:
   RecomputeFn fn_;
   RecomputeOptions options_;
+  size_t num_block_inputs_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::vector<Variable>> Recompute(RecomputeFn fn, absl::Span<const Variable> inputs,
                                                 RecomputeOptions options) {
-  return ApplyMulti(std::make_shared<RecomputeFunction>(std::move(fn), std::move(options)), inputs);
+  // The block may need gradients for Variables it captures (weights) even
+  // when no input requires grad (the first block of a model): an anchor
+  // input that requires grad makes sure the block is always recorded.
+  std::vector<Variable> all_inputs(inputs.begin(), inputs.end());
+  if (GradModeEnabled()) {
+    TPX_ASSIGN_OR_RETURN(Tensor anchor, Tensor::Zeros({}));
+    all_inputs.emplace_back(std::move(anchor), /*requires_grad=*/true);
+  }
+  return ApplyMulti(
+      std::make_shared<RecomputeFunction>(std::move(fn), std::move(options), inputs.size()),
+      all_inputs);
 }
 
 }  // namespace tpx::ag

@@ -13,7 +13,9 @@
 // Backward runs `fn` again with grad mode on, on detached copies of the
 // inputs, and calls Backward() on that sub-graph (the engine is reentrant):
 // Variables captured by `fn` (weights) get their gradients accumulated there,
-// the inputs' gradients flow on through the outer graph. `fn` must compute
+// the inputs' gradients flow on through the outer graph. With grad mode on,
+// the outputs always require grad (even when no input does), so captured
+// weights of a model's first block still get gradients. `fn` must compute
 // the same thing both times: a caller with randomness (dropout) restores its
 // generator state at the start of `fn` (see `before_recompute`).
 #ifndef TPX_CORE_AUTOGRAD_RECOMPUTE_H_

@@ -54,6 +54,24 @@ TEST(RecomputeTest, SameGradientsAsThePlainGraph) {
   }
 }
 
+TEST(RecomputeTest, CapturedWeightsGetGradientsWhenNoInputRequiresGrad) {
+  Tensor x0 = RandomUniform({3, 4}, 12).value();
+  Variable w1(RandomUniform({5, 4}, 13).value(), true), w2(RandomUniform({4, 5}, 14).value(), true);
+  int runs = 0;
+  ag::RecomputeFn block = MakeBlock(w1, w2, &runs);
+  std::vector<Variable> out = ag::Recompute(block, {Variable(x0)}).value();
+  ASSERT_TRUE(out[0].requires_grad());
+  ASSERT_TRUE(Backward(ag::Sum(out[0]).value()).ok());
+  Tensor dw1 = w1.grad(), dw2 = w2.grad();
+  ASSERT_TRUE(dw1.defined());
+  ASSERT_TRUE(dw2.defined());
+  w1.ClearGrad();
+  w2.ClearGrad();
+  ASSERT_TRUE(Backward(ag::Sum(block({Variable(x0)}).value()[0]).value()).ok());
+  EXPECT_TRUE(TensorsClose(dw1, w1.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(TensorsClose(dw2, w2.grad(), 1e-6, 1e-6));
+}
+
 TEST(RecomputeTest, OutputsOfForwardDoNotKeepIntermediates) {
   CpuAllocator& alloc = GetCpuAllocator();
   Variable w1(RandomUniform({256, 256}, 4).value(), true);
