@@ -89,8 +89,9 @@ TEST(RecomputeTest, OutputsOfForwardDoNotKeepIntermediates) {
   };
   int64_t plain = live_after_forward(false);
   int64_t recompute = live_after_forward(true);
-  // The plain graph keeps h and y (two [64, 256] f32 tensors) for the Gelus.
-  EXPECT_GE(plain - recompute, 2 * 64 * 256 * 4);
+  // The plain graph keeps h and y (two [64, 256] f32 tensors) for the Gelus;
+  // Recompute keeps only a few bytes of its own.
+  EXPECT_GE(plain - recompute, 2 * 64 * 256 * 4 - 64);
 }
 
 TEST(RecomputeTest, GradcheckThroughRecompute) {
