@@ -2,11 +2,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "comm/progress.h"
 #include "comm/store_abi.h"
 #include "core/status_macros.h"
@@ -182,7 +182,7 @@ class PluginCommunicatorImpl : public Communicator {
 
  protected:
   Work Post(const CollectiveArgs& args) override {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     uint64_t seq = last_seq_;
     if (!IsPointToPoint(args.kind)) {
       seq = ++last_seq_;
@@ -220,7 +220,7 @@ class PluginCommunicatorImpl : public Communicator {
     child->options.name = std::move(child_name);
     tpx_comm_config_v1_t config = MakeConfig(*child);
     tpx_error_t err{};
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     int rc = shared_->plugin->api().comm_split(shared_->handle, color, key, members.data(),
                                                &config, &child->handle, &err);
     if (rc != TPX_OK) {
@@ -310,7 +310,7 @@ class PluginCommunicatorImpl : public Communicator {
   }
 
   std::shared_ptr<Shared> shared_;
-  absl::Mutex mu_;  // serialises posts (the plugin contract)
+  std::mutex mu_;  // serialises posts (the plugin contract)
   uint64_t last_seq_ = 0;
 };
 

@@ -32,9 +32,10 @@ ProgressTracker::ProgressTracker(Store* store, std::string comm_name, int rank, 
 
 ProgressTracker::~ProgressTracker() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
+  wake_.notify_all();
   thread_.join();
 }
 
@@ -46,7 +47,7 @@ void ProgressTracker::Completed(uint64_t seq) {
 }
 
 absl::Status ProgressTracker::Publish() {
-  absl::MutexLock lock(&publish_mu_);
+  std::lock_guard<std::mutex> lock(publish_mu_);
   const uint64_t entered = entered_.load(), completed = completed_.load();
   if (entered == published_entered_ && completed == published_completed_) {
     return absl::OkStatus();
@@ -61,15 +62,15 @@ absl::Status ProgressTracker::Publish() {
 }
 
 void ProgressTracker::Run() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    mu_.AwaitWithTimeout(absl::Condition(&stop_), period_);
+    wake_.wait_for(lock, absl::ToChronoMicroseconds(period_), [this] { return stop_; });
     if (stop_) break;
-    mu_.Unlock();
+    lock.unlock();
     // A store failure here is not this thread's to report; Explain() says
     // what it can when it matters.
     Publish().IgnoreError();
-    mu_.Lock();
+    lock.lock();
   }
 }
 

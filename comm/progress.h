@@ -14,11 +14,12 @@
 #define TPX_COMM_PROGRESS_H_
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <string>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/store.h"
 
@@ -56,11 +57,14 @@ class ProgressTracker {
   int rank_, size_;
   absl::Duration period_;
   std::atomic<uint64_t> entered_{0}, completed_{0};
-  absl::Mutex mu_;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex publish_mu_;
-  uint64_t published_entered_ ABSL_GUARDED_BY(publish_mu_) = ~0ull;
-  uint64_t published_completed_ ABSL_GUARDED_BY(publish_mu_) = ~0ull;
+  // std::mutex rather than absl::Mutex: Debian's prebuilt Abseil is not
+  // instrumented, so ThreadSanitizer would not see absl locks.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;  // guarded by mu_
+  std::mutex publish_mu_;
+  uint64_t published_entered_ = ~0ull;   // guarded by publish_mu_
+  uint64_t published_completed_ = ~0ull;  // guarded by publish_mu_
   std::thread thread_;
 };
 

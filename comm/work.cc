@@ -17,7 +17,7 @@ Work::Work(std::shared_ptr<WorkImpl> impl) : state_(std::make_shared<State>()) {
 
 absl::Status Work::WaitFor(absl::Duration timeout, bool* done) {
   // Waiters are serialised so the backend sees one waiter per request.
-  absl::MutexLock lock(&state_->mu);
+  std::lock_guard<std::mutex> lock(state_->mu);
   if (!state_->done) {
     absl::Status status;
     if (state_->impl->Wait(timeout, &status)) {
@@ -48,9 +48,9 @@ absl::Status Work::Wait(absl::Duration timeout) {
 bool Work::IsCompleted() {
   // Another thread blocked in Wait() holds the lock: the operation is then
   // still running (or just finishing), so "not yet" is a correct answer.
-  if (!state_->mu.TryLock()) return false;
+  if (!state_->mu.try_lock()) return false;
   bool done = state_->done;
-  state_->mu.Unlock();
+  state_->mu.unlock();
   if (done) return true;
   WaitFor(absl::ZeroDuration(), &done).IgnoreError();
   return done;

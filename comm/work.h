@@ -12,9 +12,9 @@
 #define TPX_COMM_WORK_H_
 
 #include <memory>
+#include <mutex>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace tpx::comm {
@@ -45,7 +45,7 @@ class Work {
 
  private:
   struct State {
-    absl::Mutex mu;
+    std::mutex mu;  // not absl::Mutex: visible to ThreadSanitizer
     std::shared_ptr<WorkImpl> impl;
     bool done = false;
     absl::Status status;

@@ -1,0 +1,472 @@
+#include "comm_nccl/communicator.h"
+
+#include <cstring>
+#include <utility>
+
+#include "comm_nccl/collectives.h"
+
+namespace tpx::nccl {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the watchdog looks at pending operations and NCCL's async error.
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(10);
+
+std::string StoreError(int rc, const tpx_error_t& err, const std::string& what) {
+  return what + ": store error " + std::to_string(rc) + ": " + err.message;
+}
+
+int64_t ElapsedMs(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
+}
+
+// Rank 0 makes the id and publishes it; the others wait for it.
+Status ExchangeUniqueId(const tpx_comm_config_v1_t& config, ncclUniqueId* id) {
+  const std::string key = std::string(config.name) + "/nccl/unique_id";
+  const tpx_store_v1_t* store = config.store;
+  tpx_error_t err{};
+  if (config.rank == 0) {
+    TPX_NCCL_RETURN_IF_ERROR(NcclCall(ncclGetUniqueId(id), "ncclGetUniqueId"));
+    int rc = store->set(store->ctx, key.c_str(), id, sizeof(*id), &err);
+    if (rc != TPX_OK) return Status::Error(rc, StoreError(rc, err, "publishing " + key));
+    return Status();
+  }
+  size_t len = 0;
+  int rc = store->get(store->ctx, key.c_str(), id, sizeof(*id), &len, config.timeout_ms, &err);
+  if (rc != TPX_OK) {
+    return Status::Error(rc, StoreError(rc, err, "rank " + std::to_string(config.rank) +
+                                                     " waiting for rank 0's " + key));
+  }
+  if (len != sizeof(*id)) {
+    return Status::Error(TPX_ERR_INTERNAL, key + " holds " + std::to_string(len) +
+                                               " bytes, not an ncclUniqueId");
+  }
+  return Status();
+}
+
+Status PickDevice(const tpx_comm_config_v1_t& config, int* device) {
+  int count = 0;
+  cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::Error(TPX_ERR_FAILED_PRECONDITION,
+                         "nccl: no CUDA device visible; use --tpx_comm_backend=ucx");
+  }
+  // Without an explicit device, ranks of one host spread over its GPUs.
+  *device = config.device >= 0 ? config.device : config.rank % count;
+  if (*device >= count) {
+    return Status::Error(TPX_ERR_INVALID_ARGUMENT,
+                         "nccl: rank " + std::to_string(config.rank) + " asked for CUDA device " +
+                             std::to_string(*device) + " but only " + std::to_string(count) +
+                             " are visible");
+  }
+  return Status();
+}
+
+ncclConfig_t NonBlockingConfig() {
+  // Non-blocking: no NCCL call can hang the host on a dead peer; progress
+  // is polled with ncclCommGetAsyncError under the communicator timeout.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+}  // namespace
+
+size_t ElementSize(tpx_dtype_t dtype) {
+  switch (dtype) {
+    case TPX_DTYPE_F32: return 4;
+    case TPX_DTYPE_BF16: return 2;
+    case TPX_DTYPE_F16: return 2;
+    case TPX_DTYPE_I32: return 4;
+    case TPX_DTYPE_I64: return 8;
+    case TPX_DTYPE_BOOL: return 1;
+  }
+  return 1;
+}
+
+const char* KindName(tpx_coll_kind_t kind) {
+  switch (kind) {
+    case TPX_COLL_ALL_REDUCE: return "all_reduce";
+    case TPX_COLL_BROADCAST: return "broadcast";
+    case TPX_COLL_REDUCE: return "reduce";
+    case TPX_COLL_ALL_GATHER_V: return "all_gather";
+    case TPX_COLL_REDUCE_SCATTER_V: return "reduce_scatter";
+    case TPX_COLL_GATHER_V: return "gather";
+    case TPX_COLL_SCATTER_V: return "scatter";
+    case TPX_COLL_ALL_TO_ALL_V: return "all_to_all";
+    case TPX_COLL_SEND: return "send";
+    case TPX_COLL_RECV: return "recv";
+    case TPX_COLL_BARRIER: return "barrier";
+  }
+  return "unknown";
+}
+
+Communicator::Communicator(const tpx_comm_config_v1_t& config, int device)
+    : rank_(config.rank),
+      size_(config.size),
+      name_(config.name),
+      timeout_ms_(config.timeout_ms),
+      device_(device) {}
+
+Status Communicator::InitDeviceState() {
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
+  TPX_NCCL_RETURN_IF_ERROR(
+      CudaCall(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(
+      cudaEventCreateWithFlags(&caller_ready_, cudaEventDisableTiming), "cudaEventCreate"));
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
+  TPX_NCCL_RETURN_IF_ERROR(
+      CudaCall(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset (barrier word)"));
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+  return Status();
+}
+
+Status Communicator::AwaitNccl(ncclComm_t comm, const std::string& what) {
+  const Clock::time_point start = Clock::now();
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    if (rc != ncclSuccess) return NcclCall(rc, what + ": ncclCommGetAsyncError", comm);
+    if (state == ncclSuccess) return Status();
+    if (state != ncclInProgress) return NcclCall(state, what, comm);
+    if (ElapsedMs(start) > timeout_ms_) {
+      return Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
+                           what + ": not ready after " + std::to_string(timeout_ms_) +
+                               " ms (a peer never joined)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+Status Communicator::Create(const tpx_comm_config_v1_t& config,
+                            std::unique_ptr<Communicator>* out) {
+  int device = 0;
+  TPX_NCCL_RETURN_IF_ERROR(PickDevice(config, &device));
+  std::unique_ptr<Communicator> comm(new Communicator(config, device));
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device), "cudaSetDevice"));
+  ncclUniqueId id;
+  TPX_NCCL_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
+  ncclConfig_t nccl_config = NonBlockingConfig();
+  const std::string what = "nccl comm_create '" + comm->name_ + "' (rank " +
+                           std::to_string(config.rank) + " of " + std::to_string(config.size) +
+                           ", device " + std::to_string(device) + ")";
+  ncclResult_t rc =
+      ncclCommInitRankConfig(&comm->comm_, config.size, id, config.rank, &nccl_config);
+  TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
+  {
+    std::lock_guard<std::mutex> lock(comm->mu_);
+    Status ready = comm->AwaitNccl(comm->comm_, what);
+    if (!ready.ok()) return ready;  // the destructor aborts the half-made comm
+  }
+  TPX_NCCL_RETURN_IF_ERROR(comm->InitDeviceState());
+  *out = std::move(comm);
+  return Status();
+}
+
+Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
+                           const tpx_comm_config_v1_t& config,
+                           std::unique_ptr<Communicator>* out) {
+  std::unique_ptr<Communicator> comm(new Communicator(config, parent.device_));
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(parent.device_), "cudaSetDevice"));
+  const std::string what = "nccl comm_split '" + comm->name_ + "' (color " +
+                           std::to_string(color) + ", rank " + std::to_string(config.rank) +
+                           " of " + std::to_string(config.size) + ")";
+  ncclConfig_t nccl_config = NonBlockingConfig();
+  if (config.size == parent.size_) {
+    // Every parent rank is a member, so every parent rank is here:
+    // ncclCommSplit (collective over the parent) can share its resources.
+    std::lock_guard<std::mutex> lock(parent.mu_);
+    if (parent.aborted_) {
+      return Status::Error(TPX_ERR_UNAVAILABLE, what + ": parent was aborted earlier: " +
+                                                    parent.abort_status_.message());
+    }
+    ncclResult_t rc = ncclCommSplit(parent.comm_, color, key, &comm->comm_, &nccl_config);
+    TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommSplit", parent.comm_));
+    TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what));
+    if (comm->comm_ != nullptr) TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(comm->comm_, what));
+  } else {
+    // Ranks with color < 0 do not take part in comm_split (host contract),
+    // and ncclCommSplit would wait for them: build the child from a fresh
+    // unique id among its members, exchanged under the child's own name.
+    ncclUniqueId id;
+    TPX_NCCL_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
+    ncclResult_t rc =
+        ncclCommInitRankConfig(&comm->comm_, config.size, id, config.rank, &nccl_config);
+    TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
+    std::lock_guard<std::mutex> lock(comm->mu_);
+    TPX_NCCL_RETURN_IF_ERROR(comm->AwaitNccl(comm->comm_, what));
+  }
+  if (comm->comm_ == nullptr) {
+    return Status::Error(TPX_ERR_INTERNAL, what + ": NCCL returned no communicator");
+  }
+  TPX_NCCL_RETURN_IF_ERROR(comm->InitDeviceState());
+  *out = std::move(comm);
+  return Status();
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  cudaSetDevice(device_);
+  bool clean = false;
+  if (comm_ != nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!aborted_ && pending_.empty()) {
+      // Finalize flushes outstanding work; bounded by the timeout, else abort.
+      clean = ncclCommFinalize(comm_) == ncclSuccess || true;
+      clean = AwaitNccl(comm_, "nccl comm_destroy '" + name_ + "'").ok();
+      if (clean) clean = ncclCommDestroy(comm_) == ncclSuccess;
+    }
+    if (!clean) ncclCommAbort(comm_);
+  }
+  // After an abort the stream may still reference staging blocks; only a
+  // cleanly finished communicator releases its device resources here.
+  if (clean || comm_ == nullptr) {
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    for (auto& op : pending_) {
+      if (op->done_event != nullptr) cudaEventDestroy(op->done_event);
+    }
+    if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+    if (caller_ready_ != nullptr) cudaEventDestroy(caller_ready_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+}
+
+Status Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpState>* out) {
+  auto op = std::make_shared<OpState>();
+  op->what = std::string("nccl ") + KindName(args.kind) + " (seq " + std::to_string(args.seq) +
+             ") on rank " + std::to_string(rank_) + " of " + name_;
+  op->posted = Clock::now();
+  *out = op;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) {
+    op->done = true;
+    op->status = Status::Error(abort_status_.code(),
+                               op->what + ": communicator was aborted earlier: " +
+                                   abort_status_.message());
+    return Status();
+  }
+  Status s = EnqueueLocked(args, *op);
+  if (!s.ok()) {
+    for (const auto& block : op->blocks) staging_.Release(block);
+    op->blocks.clear();
+    op->done = true;
+    op->status = Status::Error(s.code(), op->what + ": " + s.message());
+    // A failed enqueue may leave NCCL mid-group: nothing later can be trusted.
+    AbortLocked(s.code(), s.message());
+    return Status();
+  }
+  pending_.push_back(op);
+  watchdog_cv_.notify_all();
+  return Status();
+}
+
+Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) {
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
+  const Operands operands = OperandsOf(args, rank_, size_);
+  const char* send = static_cast<const char*>(args.send);
+  char* recv = static_cast<char*>(args.recv);
+  if (operands.send_bytes == 0) send = nullptr;
+  if (operands.recv_bytes == 0) recv = nullptr;
+  const bool stage_send = send != nullptr && !IsDeviceAccessible(send);
+  const bool stage_recv = recv != nullptr && !IsDeviceAccessible(recv);
+
+  // The operation starts after the caller's queued work (stream NULL: the
+  // legacy default stream).
+  cudaStream_t caller = static_cast<cudaStream_t>(args.stream);
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaEventRecord(caller_ready_, caller), "cudaEventRecord"));
+  TPX_NCCL_RETURN_IF_ERROR(
+      CudaCall(cudaStreamWaitEvent(stream_, caller_ready_, 0), "cudaStreamWaitEvent"));
+
+  // Host operands: one device block per distinct host range. In-place
+  // variants overlap send and recv; they share one block covering both.
+  const char* dev_send = send;
+  char* dev_recv = recv;
+  auto stage_in = [&](const char* host, size_t bytes, char** dev) -> Status {
+    StagingPool::Block pinned, device;
+    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
+    op.blocks.push_back(pinned);
+    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
+    op.blocks.push_back(device);
+    std::memcpy(pinned.ptr, host, bytes);
+    TPX_NCCL_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(device.ptr, pinned.ptr, bytes, cudaMemcpyHostToDevice, stream_),
+        "staging copy to device"));
+    *dev = static_cast<char*>(device.ptr);
+    return Status();
+  };
+  char* recv_block = nullptr;
+  const char* recv_base = recv;  // host address recv_block stands for
+  if (stage_send && stage_recv &&
+      send < recv + operands.recv_bytes && recv < send + operands.send_bytes) {
+    const char* lo = std::min<const char*>(send, recv);
+    const char* hi = std::max<const char*>(send + operands.send_bytes, recv + operands.recv_bytes);
+    char* block = nullptr;
+    TPX_NCCL_RETURN_IF_ERROR(stage_in(lo, hi - lo, &block));
+    dev_send = block + (send - lo);
+    dev_recv = block + (recv - lo);
+    recv_block = dev_recv;
+  } else {
+    if (stage_send) {
+      char* block = nullptr;
+      TPX_NCCL_RETURN_IF_ERROR(stage_in(send, operands.send_bytes, &block));
+      dev_send = block;
+    }
+    if (stage_recv) {
+      // BROADCAST reads recv at the root: copy it in as well.
+      if (args.kind == TPX_COLL_BROADCAST && args.peer == rank_) {
+        TPX_NCCL_RETURN_IF_ERROR(stage_in(recv, operands.recv_bytes, &recv_block));
+      } else {
+        StagingPool::Block device;
+        TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(operands.recv_bytes, &device));
+        op.blocks.push_back(device);
+        recv_block = static_cast<char*>(device.ptr);
+      }
+      dev_recv = recv_block;
+    }
+  }
+  (void)recv_base;
+
+  ncclResult_t group_result = ncclSuccess;
+  TPX_NCCL_RETURN_IF_ERROR(EnqueueCollective(args, dev_send, dev_recv, rank_, size_, comm_,
+                                             stream_, barrier_word_, &group_result));
+  if (group_result == ncclInProgress) TPX_NCCL_RETURN_IF_ERROR(AwaitNccl(comm_, op.what));
+
+  if (stage_recv) {
+    StagingPool::Block pinned;
+    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(operands.recv_bytes, &pinned));
+    op.blocks.push_back(pinned);
+    TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMemcpyAsync(pinned.ptr, recv_block, operands.recv_bytes,
+                                                      cudaMemcpyDeviceToHost, stream_),
+                                      "staging copy to host"));
+    op.recv_host = recv;
+    op.recv_pinned = pinned.ptr;
+    op.recv_bytes = operands.recv_bytes;
+  }
+  TPX_NCCL_RETURN_IF_ERROR(
+      CudaCall(cudaEventCreateWithFlags(&op.done_event, cudaEventDisableTiming),
+               "cudaEventCreate"));
+  return CudaCall(cudaEventRecord(op.done_event, stream_), "cudaEventRecord");
+}
+
+void Communicator::FinishLocked(OpState& op, Status status) {
+  if (op.done) return;
+  if (status.ok() && op.recv_bytes > 0) std::memcpy(op.recv_host, op.recv_pinned, op.recv_bytes);
+  if (status.ok()) {
+    for (const auto& block : op.blocks) staging_.Release(block);
+  }
+  // On failure the aborted stream may still touch the blocks: they are
+  // dropped rather than reused.
+  op.blocks.clear();
+  op.done = true;
+  op.status = std::move(status);
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->get() == &op) {
+      pending_.erase(it);
+      break;
+    }
+  }
+}
+
+void Communicator::PollLocked(OpState& op) {
+  if (op.done) return;
+  cudaSetDevice(device_);
+  cudaError_t rc = cudaEventQuery(op.done_event);
+  if (rc == cudaErrorNotReady) return;
+  if (rc == cudaSuccess) {
+    FinishLocked(op, Status());
+    return;
+  }
+  Status error = CudaCall(rc, op.what);
+  AbortLocked(error.code(), error.message());
+}
+
+void Communicator::AbortLocked(int code, const std::string& reason) {
+  if (!aborted_) {
+    aborted_ = true;
+    abort_status_ = Status::Error(code, reason);
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+  }
+  while (!pending_.empty()) {
+    std::shared_ptr<OpState> op = pending_.front();
+    FinishLocked(*op, Status::Error(code, op->what + " failed: " + reason +
+                                              " (communicator aborted)"));
+  }
+}
+
+void Communicator::Poll(OpState& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked(op);
+}
+
+bool Communicator::Done(OpState& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked(op);
+  return op.done;
+}
+
+Status Communicator::Result(OpState& op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return op.status;
+}
+
+Status Communicator::Wait(OpState& op, int64_t timeout_ms) {
+  const Clock::time_point start = Clock::now();
+  auto sleep = std::chrono::microseconds(20);
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      PollLocked(op);
+      if (op.done) return op.status;
+    }
+    if (timeout_ms >= 0 && ElapsedMs(start) >= timeout_ms) {
+      return Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
+                           op.what + ": still running after " + std::to_string(timeout_ms) +
+                               " ms of waiting");
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+  }
+}
+
+Status Communicator::StreamWait(OpState& op, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (op.done) return op.status;
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
+  return CudaCall(cudaStreamWaitEvent(stream, op.done_event, 0), op.what + ": stream_wait");
+}
+
+void Communicator::WatchdogLoop() {
+  cudaSetDevice(device_);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    watchdog_cv_.wait_for(lock, kWatchdogPeriod);
+    if (stopping_ || aborted_ || pending_.empty()) continue;
+    ncclResult_t async_error = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async_error) == ncclSuccess &&
+        async_error != ncclSuccess && async_error != ncclInProgress) {
+      Status s = NcclCall(async_error, "nccl asynchronous error", comm_);
+      AbortLocked(s.code(), s.message());
+      continue;
+    }
+    // Oldest first; stop at the first still running (they complete in order).
+    while (!pending_.empty()) {
+      std::shared_ptr<OpState> oldest = pending_.front();
+      PollLocked(*oldest);
+      if (!oldest->done) break;
+    }
+    if (!pending_.empty() && ElapsedMs(pending_.front()->posted) > timeout_ms_) {
+      AbortLocked(TPX_ERR_DEADLINE_EXCEEDED,
+                  "not complete after " + std::to_string(timeout_ms_) +
+                      " ms (communicator timeout); a peer is stalled or gone");
+    }
+  }
+}
+
+}  // namespace tpx::nccl

@@ -1,0 +1,108 @@
+#include "rng/dropout.h"
+
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/autograd/function.h"
+#include "core/status_macros.h"
+#include "rng/philox.h"
+#include "rng/tracker.h"
+
+namespace tpx::rng {
+namespace {
+
+// out[i] = x[i] * keep[i] * scale, in f32, rounded once to x's dtype.
+template <typename T>
+void ApplyMaskTyped(const Tensor& x, const bool* keep, float scale, const Tensor& out) {
+  const T* in = x.data<T>();
+  T* o = out.data<T>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      o[i] = keep[i] ? in[i] * scale : 0.f;
+    } else {
+      o[i] = T::FromFloat(keep[i] ? in[i].ToFloat() * scale : 0.f);
+    }
+  }
+}
+
+absl::StatusOr<Tensor> ApplyMask(const Tensor& x_in, const Tensor& keep, float scale) {
+  TPX_ASSIGN_OR_RETURN(Tensor x, x_in.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype()));
+  const bool* k = keep.data<bool>();
+  switch (x.dtype()) {
+    case DType::kF32: ApplyMaskTyped<float>(x, k, scale, out); break;
+    case DType::kBF16: ApplyMaskTyped<BF16>(x, k, scale, out); break;
+    case DType::kF16: ApplyMaskTyped<F16>(x, k, scale, out); break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("Dropout: needs a floating tensor, got ", x.ToString()));
+  }
+  return out;
+}
+
+class DropoutFn final : public Function {
+ public:
+  DropoutFn(double p, const ShardSpec* shard) : p_(p), shard_(shard) {}
+  std::string name() const override { return "Dropout"; }
+
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
+    TPX_ASSIGN_OR_RETURN(keep_, DropoutMask(in[0].shape(), p_, ActiveGenerator(), shard_));
+    TPX_ASSIGN_OR_RETURN(Tensor y, ApplyMask(in[0], keep_, Scale()));
+    return std::vector<Tensor>{y};
+  }
+  absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
+    TPX_ASSIGN_OR_RETURN(Tensor dx, ApplyMask(g[0], keep_, Scale()));
+    return std::vector<Tensor>{dx};
+  }
+
+ protected:
+  void ReleaseSavedState() override { keep_ = Tensor(); }
+
+ private:
+  float Scale() const { return static_cast<float>(1.0 / (1.0 - p_)); }
+  double p_;
+  const ShardSpec* shard_;  // only used during Forward
+  Tensor keep_;
+};
+
+}  // namespace
+
+absl::StatusOr<Tensor> DropoutMask(const Shape& shape, double p, Generator& gen,
+                                   const ShardSpec* shard) {
+  if (!(p >= 0.0 && p < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("Dropout: p must be in [0, 1), got ", p));
+  }
+  TPX_ASSIGN_OR_RETURN(Tensor keep, Tensor::Empty(shape, DType::kBool));
+  bool* k = keep.data<bool>();
+  const uint64_t seed = gen.seed();
+  const uint64_t stream = gen.NextStream();
+  // Comparing the exact 24-bit uniform with p in f32 is the same on every device.
+  const float pf = static_cast<float>(p);
+  TPX_RETURN_IF_ERROR(ForEachGlobalRun(
+      shape, shard, "Dropout", [&](int64_t local, int64_t global, int64_t n) {
+        ForEachElementBlock(seed, stream, static_cast<uint64_t>(global), n,
+                            [&](uint64_t i, const Philox4x32& b, int lane) {
+                              k[local + static_cast<int64_t>(i) - global] =
+                                  WordToUniform(b.v[lane]) >= pf;
+                            });
+      }));
+  return keep;
+}
+
+absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training,
+                                 const ShardSpec* shard) {
+  if (!(p >= 0.0 && p < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("Dropout: p must be in [0, 1), got ", p));
+  }
+  if (!training || p == 0.0) return x;
+  if (!IsFloatingPoint(x.dtype())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Dropout: needs a floating tensor, got ", x.value().ToString()));
+  }
+  return Apply(std::make_shared<DropoutFn>(p, shard), {x});
+}
+
+}  // namespace tpx::rng
