@@ -64,6 +64,22 @@ Status PickDevice(const tpx_comm_config_v1_t& config, int* device) {
   return Status();
 }
 
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    cudaGetLastError();
+    previous_ = -1;
+  }
+  if (previous_ != device) cudaSetDevice(device);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+namespace {
+
 ncclConfig_t NonBlockingConfig() {
   // Non-blocking: no NCCL call can hang the host on a dead peer; progress
   // is polled with ncclCommGetAsyncError under the communicator timeout.
@@ -108,7 +124,8 @@ Communicator::Communicator(const tpx_comm_config_v1_t& config, int device)
       size_(config.size),
       name_(config.name),
       timeout_ms_(config.timeout_ms),
-      device_(device) {}
+      device_(device),
+      store_(config.store) {}
 
 Status Communicator::InitDeviceState() {
   TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
@@ -119,7 +136,55 @@ Status Communicator::InitDeviceState() {
   TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
   TPX_NCCL_RETURN_IF_ERROR(
       CudaCall(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset (barrier word)"));
+  TPX_NCCL_RETURN_IF_ERROR(ConnectPeers());
   watchdog_ = std::thread([this] { WatchdogLoop(); });
+  return Status();
+}
+
+Status Communicator::ConnectPeers() {
+  if (size_ == 1) return Status();
+  // NCCL connects point-to-point channels on a peer pair's first send/recv,
+  // which needs both sides inside NCCL at once. Done lazily, a post could
+  // block until its peer posts, and posts that wait on each other in a cycle
+  // (every rank sends to its right neighbour, then receives) would deadlock.
+  // One grouped exchange with every peer here makes later posts only queue.
+  const std::string what = "nccl comm_create '" + name_ + "': connecting peers";
+  void* scratch = nullptr;
+  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&scratch, size_ * sizeof(float)), what));
+  ncclResult_t rc = ncclGroupStart();
+  for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
+    if (peer == rank_) continue;
+    rc = ncclSend(barrier_word_, 1, ncclFloat32, peer, comm_, stream_);
+    if (rc == ncclSuccess || rc == ncclInProgress) {
+      rc = ncclRecv(static_cast<float*>(scratch) + peer, 1, ncclFloat32, peer, comm_, stream_);
+    }
+    if (rc == ncclInProgress) rc = ncclSuccess;
+  }
+  ncclResult_t end = ncclGroupEnd();
+  Status s = NcclCall(rc != ncclSuccess ? rc : end, what, comm_);
+  if (s.ok() && end == ncclInProgress) s = AwaitNccl(comm_, what);
+  // Bounded wait for the exchange itself (a peer may be gone).
+  const Clock::time_point start = Clock::now();
+  while (s.ok()) {
+    cudaError_t q = cudaStreamQuery(stream_);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) {
+      s = CudaCall(q, what);
+    } else if (ElapsedMs(start) > timeout_ms_) {
+      s = Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
+                        what + ": not done after " + std::to_string(timeout_ms_) + " ms");
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  if (!s.ok()) {
+    // The stream may still reference scratch: abort first, then leak it.
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    aborted_ = true;
+    return s;
+  }
+  cudaFree(scratch);
   return Status();
 }
 
@@ -145,6 +210,8 @@ Status Communicator::Create(const tpx_comm_config_v1_t& config,
   int device = 0;
   TPX_NCCL_RETURN_IF_ERROR(PickDevice(config, &device));
   std::unique_ptr<Communicator> comm(new Communicator(config, device));
+  // The creating thread keeps the communicator's device current: a rank
+  // process then allocates its tensors on its own GPU by default.
   TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device), "cudaSetDevice"));
   ncclUniqueId id;
   TPX_NCCL_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
@@ -158,7 +225,11 @@ Status Communicator::Create(const tpx_comm_config_v1_t& config,
   {
     std::lock_guard<std::mutex> lock(comm->mu_);
     Status ready = comm->AwaitNccl(comm->comm_, what);
-    if (!ready.ok()) return ready;  // the destructor aborts the half-made comm
+    if (!ready.ok()) {
+      ncclCommAbort(comm->comm_);
+      comm->comm_ = nullptr;
+      return ready;
+    }
   }
   TPX_NCCL_RETURN_IF_ERROR(comm->InitDeviceState());
   *out = std::move(comm);
@@ -182,7 +253,10 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
       return Status::Error(TPX_ERR_UNAVAILABLE, what + ": parent was aborted earlier: " +
                                                     parent.abort_status_.message());
     }
-    ncclResult_t rc = ncclCommSplit(parent.comm_, color, key, &comm->comm_, &nccl_config);
+    // The host already ordered the members: its rank is the split key.
+    (void)key;
+    ncclResult_t rc =
+        ncclCommSplit(parent.comm_, color, config.rank, &comm->comm_, &nccl_config);
     TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommSplit", parent.comm_));
     TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what));
     if (comm->comm_ != nullptr) TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(comm->comm_, what));
@@ -196,7 +270,12 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
         ncclCommInitRankConfig(&comm->comm_, config.size, id, config.rank, &nccl_config);
     TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
     std::lock_guard<std::mutex> lock(comm->mu_);
-    TPX_NCCL_RETURN_IF_ERROR(comm->AwaitNccl(comm->comm_, what));
+    Status ready = comm->AwaitNccl(comm->comm_, what);
+    if (!ready.ok()) {
+      ncclCommAbort(comm->comm_);
+      comm->comm_ = nullptr;
+      return ready;
+    }
   }
   if (comm->comm_ == nullptr) {
     return Status::Error(TPX_ERR_INTERNAL, what + ": NCCL returned no communicator");
@@ -213,25 +292,25 @@ Communicator::~Communicator() {
   }
   watchdog_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  cudaSetDevice(device_);
-  bool clean = false;
+  DeviceGuard device(device_);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Device resources are only released when no NCCL kernel can still use
+  // them: after a clean finalize, or when NCCL never started any.
+  bool release = comm_ == nullptr && !aborted_;
+  CloseChannelsLocked(/*clean=*/!aborted_ && pending_.empty());
   if (comm_ != nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!aborted_ && pending_.empty()) {
+    if (pending_.empty()) {
       // Finalize flushes outstanding work; bounded by the timeout, else abort.
-      clean = ncclCommFinalize(comm_) == ncclSuccess || true;
-      clean = AwaitNccl(comm_, "nccl comm_destroy '" + name_ + "'").ok();
-      if (clean) clean = ncclCommDestroy(comm_) == ncclSuccess;
+      ncclResult_t rc = ncclCommFinalize(comm_);
+      release = (rc == ncclSuccess || rc == ncclInProgress) &&
+                AwaitNccl(comm_, "nccl comm_destroy '" + name_ + "'").ok() &&
+                ncclCommDestroy(comm_) == ncclSuccess;
     }
-    if (!clean) ncclCommAbort(comm_);
+    if (!release) ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
-  // After an abort the stream may still reference staging blocks; only a
-  // cleanly finished communicator releases its device resources here.
-  if (clean || comm_ == nullptr) {
+  if (release) {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    for (auto& op : pending_) {
-      if (op->done_event != nullptr) cudaEventDestroy(op->done_event);
-    }
     if (barrier_word_ != nullptr) cudaFree(barrier_word_);
     if (caller_ready_ != nullptr) cudaEventDestroy(caller_ready_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -245,6 +324,7 @@ Status Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpStat
   op->posted = Clock::now();
   *out = op;
   std::lock_guard<std::mutex> lock(mu_);
+  DeviceGuard device(device_);
   if (aborted_) {
     op->done = true;
     op->status = Status::Error(abort_status_.code(),
@@ -252,10 +332,14 @@ Status Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpStat
                                    abort_status_.message());
     return Status();
   }
-  Status s = EnqueueLocked(args, *op);
+  const bool p2p = args.kind == TPX_COLL_SEND || args.kind == TPX_COLL_RECV;
+  Status s = p2p ? PostP2pLocked(args, op) : EnqueueLocked(args, *op);
+  if (s.ok() && p2p) return Status();  // PostP2pLocked queued (or finished) it
   if (!s.ok()) {
-    for (const auto& block : op->blocks) staging_.Release(block);
+    // Copies may already be queued on the stream: the blocks are dropped.
     op->blocks.clear();
+    if (op->done_event != nullptr) cudaEventDestroy(op->done_event);
+    op->done_event = nullptr;
     op->done = true;
     op->status = Status::Error(s.code(), op->what + ": " + s.message());
     // A failed enqueue may leave NCCL mid-group: nothing later can be trusted.
@@ -268,7 +352,6 @@ Status Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpStat
 }
 
 Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) {
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
   const Operands operands = OperandsOf(args, rank_, size_);
   const char* send = static_cast<const char*>(args.send);
   char* recv = static_cast<char*>(args.recv);
@@ -288,21 +371,10 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
   // variants overlap send and recv; they share one block covering both.
   const char* dev_send = send;
   char* dev_recv = recv;
-  auto stage_in = [&](const char* host, size_t bytes, char** dev) -> Status {
-    StagingPool::Block pinned, device;
-    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
-    op.blocks.push_back(pinned);
-    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
-    op.blocks.push_back(device);
-    std::memcpy(pinned.ptr, host, bytes);
-    TPX_NCCL_RETURN_IF_ERROR(CudaCall(
-        cudaMemcpyAsync(device.ptr, pinned.ptr, bytes, cudaMemcpyHostToDevice, stream_),
-        "staging copy to device"));
-    *dev = static_cast<char*>(device.ptr);
-    return Status();
+  auto stage_in = [&](const char* host, size_t bytes, char** dev) {
+    return StageInLocked(host, bytes, stream_, op, dev);
   };
   char* recv_block = nullptr;
-  const char* recv_base = recv;  // host address recv_block stands for
   if (stage_send && stage_recv &&
       send < recv + operands.recv_bytes && recv < send + operands.send_bytes) {
     const char* lo = std::min<const char*>(send, recv);
@@ -331,7 +403,6 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
       dev_recv = recv_block;
     }
   }
-  (void)recv_base;
 
   ncclResult_t group_result = ncclSuccess;
   TPX_NCCL_RETURN_IF_ERROR(EnqueueCollective(args, dev_send, dev_recv, rank_, size_, comm_,
@@ -355,6 +426,21 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
   return CudaCall(cudaEventRecord(op.done_event, stream_), "cudaEventRecord");
 }
 
+Status Communicator::StageInLocked(const char* host, size_t bytes, cudaStream_t stream,
+                                   OpState& op, char** dev) {
+  StagingPool::Block pinned, device;
+  TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
+  op.blocks.push_back(pinned);
+  TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
+  op.blocks.push_back(device);
+  std::memcpy(pinned.ptr, host, bytes);
+  TPX_NCCL_RETURN_IF_ERROR(
+      CudaCall(cudaMemcpyAsync(device.ptr, pinned.ptr, bytes, cudaMemcpyHostToDevice, stream),
+               "staging copy to device"));
+  *dev = static_cast<char*>(device.ptr);
+  return Status();
+}
+
 void Communicator::FinishLocked(OpState& op, Status status) {
   if (op.done) return;
   if (status.ok() && op.recv_bytes > 0) std::memcpy(op.recv_host, op.recv_pinned, op.recv_bytes);
@@ -364,6 +450,9 @@ void Communicator::FinishLocked(OpState& op, Status status) {
   // On failure the aborted stream may still touch the blocks: they are
   // dropped rather than reused.
   op.blocks.clear();
+  // Destroying a recorded event is fine even if the stream has not reached it.
+  if (op.done_event != nullptr) cudaEventDestroy(op.done_event);
+  op.done_event = nullptr;
   op.done = true;
   op.status = std::move(status);
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
@@ -376,7 +465,11 @@ void Communicator::FinishLocked(OpState& op, Status status) {
 
 void Communicator::PollLocked(OpState& op) {
   if (op.done) return;
-  cudaSetDevice(device_);
+  DeviceGuard device(device_);
+  if (!op.issued) {
+    ProgressAllChannelsLocked();
+    if (!op.issued || op.done) return;
+  }
   cudaError_t rc = cudaEventQuery(op.done_event);
   if (rc == cudaErrorNotReady) return;
   if (rc == cudaSuccess) {
@@ -392,6 +485,8 @@ void Communicator::AbortLocked(int code, const std::string& reason) {
     aborted_ = true;
     abort_status_ = Status::Error(code, reason);
     if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    CloseChannelsLocked(/*clean=*/false);
   }
   while (!pending_.empty()) {
     std::shared_ptr<OpState> op = pending_.front();
@@ -438,7 +533,7 @@ Status Communicator::Wait(OpState& op, int64_t timeout_ms) {
 Status Communicator::StreamWait(OpState& op, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   if (op.done) return op.status;
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
+  DeviceGuard device(device_);
   return CudaCall(cudaStreamWaitEvent(stream, op.done_event, 0), op.what + ": stream_wait");
 }
 
@@ -455,13 +550,16 @@ void Communicator::WatchdogLoop() {
       AbortLocked(s.code(), s.message());
       continue;
     }
-    // Oldest first; stop at the first still running (they complete in order).
-    while (!pending_.empty()) {
-      std::shared_ptr<OpState> oldest = pending_.front();
-      PollLocked(*oldest);
-      if (!oldest->done) break;
+    ProgressAllChannelsLocked();
+    // Point-to-point channels complete independently of the main stream, so
+    // every pending op is looked at (copies: FinishLocked edits pending_).
+    std::vector<std::shared_ptr<OpState>> ops(pending_.begin(), pending_.end());
+    bool overdue = false;
+    for (const auto& op : ops) {
+      PollLocked(*op);
+      if (!op->done && ElapsedMs(op->posted) > timeout_ms_) overdue = true;
     }
-    if (!pending_.empty() && ElapsedMs(pending_.front()->posted) > timeout_ms_) {
+    if (overdue && !aborted_) {
       AbortLocked(TPX_ERR_DEADLINE_EXCEEDED,
                   "not complete after " + std::to_string(timeout_ms_) +
                       " ms (communicator timeout); a peer is stalled or gone");

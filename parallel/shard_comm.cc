@@ -154,6 +154,7 @@ PendingTensor StartAllGatherAlongDim(comm::Communicator& comm, const Tensor& loc
   if (!d.ok()) return Failed(d.status());
   auto send = local.Contiguous();
   if (!send.ok()) return Failed(send.status());
+  if (comm.size() == 1) return PendingTensor(comm::Work(), *send);
   std::vector<Shape> shapes = PieceShapes(local.shape(), *d, sizes);
   std::vector<int64_t> counts = PieceNumels(local.shape(), *d, sizes);
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
@@ -179,6 +180,11 @@ PendingTensor StartReduceScatterAlongDim(comm::Communicator& comm, const Tensor&
   auto d = NormalizeDim(dim, full.dim(), "ReduceScatterAlongDim");
   if (!d.ok()) return Failed(d.status());
   const DType out_dtype = full.dtype();
+  if (comm.size() == 1) {
+    auto c = full.Contiguous();
+    if (!c.ok()) return Failed(c.status());
+    return PendingTensor(comm::Work(), *c);
+  }
   Tensor src = full;
   if (accumulate_f32 && out_dtype != DType::kF32) {
     auto f = full.To(DType::kF32);
@@ -206,8 +212,12 @@ absl::StatusOr<Tensor> ReduceScatterAlongDim(comm::Communicator& comm, const Ten
   return StartReduceScatterAlongDim(comm, full, dim, sizes, accumulate_f32).Wait();
 }
 
-PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t) {
-  auto copy = t.Clone();
+PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t, bool in_place) {
+  if (comm.size() == 1) return PendingTensor(comm::Work(), t);
+  if (in_place && !t.is_contiguous()) {
+    return Failed(absl::InvalidArgumentError("AllReduce in place needs a contiguous tensor"));
+  }
+  auto copy = in_place ? absl::StatusOr<Tensor>(t) : t.Clone();
   if (!copy.ok()) return Failed(copy.status());
   comm::Work work = comm.AllReduce(copy->raw_data(), copy->numel(), t.dtype(),
                                    comm::ReduceOp::kSum);

@@ -41,6 +41,8 @@ class PendingTensor {
         keep_alive_(std::move(keep_alive)), finish_(std::move(finish)) {}
   // Blocks until the collective completes; returns its result.
   absl::StatusOr<Tensor> Wait();
+  // True once the collective has finished (does not block).
+  bool IsCompleted() { return work_.IsCompleted(); }
 
  private:
   comm::Work work_;
@@ -88,9 +90,13 @@ absl::StatusOr<Tensor> ReduceScatterAlongDim(comm::Communicator& comm, const Ten
                                              int64_t dim, absl::Span<const int64_t> sizes,
                                              bool accumulate_f32 = false);
 
-// Sum over ranks of t, into a new tensor (t is not modified).
-PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t);
+// Sum over ranks of t, into a new tensor (t is not modified), or into t
+// itself (which must then be contiguous) with in_place.
+PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t, bool in_place = false);
 absl::StatusOr<Tensor> AllReduceSum(comm::Communicator& comm, const Tensor& t);
+
+// A group of one rank moves no data: the functions above then return their
+// input (or a contiguous copy of the piece) without calling the communicator.
 
 // Piece j of `input` along send_dim (send_sizes[j]) goes to rank j; pieces
 // received from rank i (shape recv_shapes[i]) are concatenated along recv_dim.

@@ -78,7 +78,7 @@ absl::StatusOr<std::map<std::string, Tensor>> BroadcastData(
       if (t.dtype() != dtype) {
         return absl::InvalidArgumentError(absl::StrCat("BroadcastData: '", keys[k], "' is ",
                                                        t.ToString(), ", expected ",
-                                                       DTypeName(dtype)));
+                                                       std::string(DTypeName(dtype))));
       }
       if (t.dim() > kMaxDims) {
         return absl::InvalidArgumentError(absl::StrCat("BroadcastData: '", keys[k], "' has ",

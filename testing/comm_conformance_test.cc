@@ -4,6 +4,7 @@
 #include <string>
 #include <tuple>
 
+#include "comm_nccl/device_probe.h"
 #include "gtest/gtest.h"
 
 namespace tpx::testing {
@@ -25,6 +26,19 @@ std::string SetupName(const ::testing::TestParamInfo<Setup>& info) {
 class Conformance : public ::testing::TestWithParam<Setup> {
  protected:
   void Run(void (*body)(RankContext&)) {
+    if (GetParam().backend == "nccl") {
+#ifndef TPX_HAVE_NCCL_PLUGIN
+      GTEST_SKIP() << "no CUDA device visible: built without a CUDA toolkit (no NCCL plugin)";
+#endif
+      // Probed in a child process: CUDA must stay uninitialised before the fork.
+      std::string why;
+      const int devices = nccl::VisibleCudaDevices(&why);
+      if (devices == 0) GTEST_SKIP() << "no CUDA device visible: " << why;
+      if (devices < GetParam().world) {
+        GTEST_SKIP() << "nccl world " << GetParam().world << " needs one GPU per rank; "
+                     << devices << " visible";
+      }
+    }
     RunOptions options;
     options.backend = GetParam().backend;
     options.comm_timeout = absl::Seconds(30);
@@ -51,6 +65,12 @@ TEST_P(Conformance, InvalidArguments) { Run(InvalidArgumentConformance); }
 INSTANTIATE_TEST_SUITE_P(Ucx, Conformance,
                          ::testing::Values(Setup{"ucx", 1}, Setup{"ucx", 2}, Setup{"ucx", 3},
                                            Setup{"ucx", 4}),
+                         SetupName);
+
+// One GPU per rank; skipped (with the reason) where fewer are visible.
+INSTANTIATE_TEST_SUITE_P(Nccl, Conformance,
+                         ::testing::Values(Setup{"nccl", 1}, Setup{"nccl", 2},
+                                           Setup{"nccl", 4}),
                          SetupName);
 
 }  // namespace

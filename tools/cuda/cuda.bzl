@@ -29,6 +29,7 @@ CUDA_NVCC_FLAGS = [
     "-Xcompiler=-fPIC",
     "-Xcompiler=-Wall",
     "--expt-relaxed-constexpr",
+    "--extended-lambda",
 ]
 
 def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
@@ -74,3 +75,16 @@ def cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
         deps = deps + (["@local_cuda//:cudart"] if CUDA_FOUND else []),
         **kwargs
     )
+
+def cuda_cc_library(**kwargs):
+    """A cc_library that exists only where a CUDA toolkit was found."""
+    if CUDA_FOUND:
+        native.cc_library(**kwargs)
+
+def cuda_cc_test(**kwargs):
+    """A cc_test that exists only where a CUDA toolkit was found.
+
+    Tests should still GTEST_SKIP (with the reason) when no device is visible.
+    """
+    if CUDA_FOUND:
+        native.cc_test(**kwargs)

@@ -1,0 +1,165 @@
+// Vocab-parallel cross entropy, forward + backward, on logits [tokens, vocab] f32.
+//
+//   bazel run -c opt //bench:cross_entropy -- [--tokens=2048] [--vocab=32000] [--reps=7]
+//
+// Configurations: TP=1 (this process, --threads threads over tokens) and TP=2
+// (two forked ranks over the UCX plugin, one thread each), each with the
+// gradient written to a new buffer and in place into the logits. One JSON line
+// per configuration:
+//   {"bench":"cross_entropy","tp":2,"in_place":false,"tokens":2048,"vocab":32000,"step_ms":..}
+// step_ms: median over --reps timed steps (after one warm-up) of
+// forward + backward; with TP=2 the maximum over the ranks of their medians.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
+#include "comm/file_store.h"
+#include "comm/plugin_communicator.h"
+#include "comm/plugin_loader.h"
+#include "core/autograd/engine.h"
+#include "core/ops.h"
+#include "core/status_macros.h"
+#include "loss/cross_entropy.h"
+
+ABSL_FLAG(int64_t, tokens, 2048, "tokens (s * b)");
+ABSL_FLAG(int64_t, vocab, 32000, "global vocabulary size");
+ABSL_FLAG(int, reps, 7, "timed steps per configuration");
+ABSL_FLAG(int, threads, 2, "threads over tokens at TP=1");
+
+namespace tpx {
+namespace {
+
+// Median seconds of forward + backward on this rank's logits shard.
+absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t vocab,
+                                 bool in_place, int threads, int reps) {
+  const int rank = tp != nullptr ? tp->rank() : 0;
+  const int size = tp != nullptr ? tp->size() : 1;
+  const int64_t v_local = ops::SplitSizes(vocab, size)[rank];
+  std::mt19937 gen(1234 + rank);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  TPX_ASSIGN_OR_RETURN(Tensor pristine, Tensor::Empty({tokens, v_local}));
+  float* p = pristine.data<float>();
+  for (int64_t i = 0; i < pristine.numel(); ++i) p[i] = nd(gen);
+  std::vector<int64_t> target(tokens);
+  std::mt19937 tgen(99);  // same targets on every rank
+  for (int64_t& t : target) t = static_cast<int64_t>(tgen() % vocab);
+  TPX_ASSIGN_OR_RETURN(Tensor target_t, Tensor::FromVector(target, {tokens}));
+  TPX_ASSIGN_OR_RETURN(Tensor ones, Tensor::Ones({tokens}));
+  TPX_ASSIGN_OR_RETURN(Tensor work, pristine.Clone());
+  loss::CrossEntropyOptions opts;
+  opts.vocab_size = vocab;
+  opts.in_place_grad = in_place;
+  opts.num_threads = threads;
+  std::vector<double> times;
+  for (int r = 0; r <= reps; ++r) {
+    if (in_place) std::memcpy(work.raw_data(), pristine.raw_data(), pristine.nbytes());
+    if (tp != nullptr) TPX_RETURN_IF_ERROR(tp->Barrier().Wait());
+    const auto start = std::chrono::steady_clock::now();
+    {
+      Variable logits(work, /*requires_grad=*/true);
+      TPX_ASSIGN_OR_RETURN(Variable loss, loss::VocabParallelCrossEntropy(logits, target_t, tp, opts));
+      TPX_ASSIGN_OR_RETURN(std::vector<Tensor> g, Grad({loss}, {ones}, {logits}));
+      if (!g[0].defined()) return absl::InternalError("no logits gradient");
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) times.push_back(s);  // r == 0 warms up
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void Print(int tp, bool in_place, int64_t tokens, int64_t vocab, double seconds) {
+  std::printf(
+      "{\"bench\":\"cross_entropy\",\"tp\":%d,\"in_place\":%s,\"tokens\":%lld,\"vocab\":%lld,"
+      "\"step_ms\":%.2f}\n",
+      tp, in_place ? "true" : "false", static_cast<long long>(tokens),
+      static_cast<long long>(vocab), seconds * 1e3);
+  std::fflush(stdout);
+}
+
+// Forked rank of the TP=2 run; exits with 0 on success.
+[[noreturn]] void RunRank(int rank, int size, const std::string& store_dir, int64_t tokens,
+                          int64_t vocab, int reps) {
+  auto fail = [&](const absl::Status& s) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
+    ::_exit(1);
+  };
+  setenv("UCX_NET_DEVICES", "lo", 0);
+  auto store = comm::FileStore::Open(store_dir);
+  if (!store.ok()) fail(store.status());
+  auto plugin = comm::LoadPlugin("ucx");
+  if (!plugin.ok()) fail(plugin.status());
+  comm::CommOptions options;
+  options.rank = rank;
+  options.size = size;
+  auto tp = comm::PluginCommunicator::Create(*plugin, options,
+                                             std::shared_ptr<comm::Store>(std::move(*store)));
+  if (!tp.ok()) fail(tp.status());
+  for (bool in_place : {false, true}) {
+    auto t = TimeSteps(tp->get(), tokens, vocab, in_place, /*threads=*/1, reps);
+    if (!t.ok()) fail(t.status());
+    float w = static_cast<float>(*t);
+    absl::Status s = (*tp)->AllReduce(&w, 1, DType::kF32, comm::ReduceOp::kMax).Wait();
+    if (!s.ok()) fail(s);
+    if (rank == 0) Print(size, in_place, tokens, vocab, w);
+  }
+  ::_exit(0);
+}
+
+int Main() {
+  const int64_t tokens = absl::GetFlag(FLAGS_tokens), vocab = absl::GetFlag(FLAGS_vocab);
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  // TP=2 first: the ranks fork before this process starts any thread.
+  {
+    char dir[] = "/tmp/tpx_ce_bench_XXXXXX";
+    if (::mkdtemp(dir) == nullptr) {
+      std::perror("mkdtemp");
+      return 1;
+    }
+    const int size = 2;
+    std::vector<pid_t> pids;
+    for (int r = 0; r < size; ++r) {
+      const pid_t pid = ::fork();
+      if (pid == 0) RunRank(r, size, dir, tokens, vocab, reps);
+      pids.push_back(pid);
+    }
+    int failed = 0;
+    for (pid_t pid : pids) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    std::string cleanup = std::string("rm -rf ") + dir;
+    if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir);
+    if (failed) return 1;
+  }
+  for (bool in_place : {false, true}) {
+    auto t = TimeSteps(nullptr, tokens, vocab, in_place, absl::GetFlag(FLAGS_threads), reps);
+    if (!t.ok()) {
+      std::fprintf(stderr, "%s\n", t.status().ToString().c_str());
+      return 1;
+    }
+    Print(1, in_place, tokens, vocab, *t);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpx
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tpx::Main();
+}

@@ -1,0 +1,99 @@
+// Training throughput of the GPT example at TP=1 and TP=2 (one data-parallel
+// replica), forking its own ranks. One JSON line per TP size:
+//   {"bench":"gpt","tp":2,"tokens_per_s":...,"step_ms":...,"params":...,...}
+//
+//   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--d_model=128 ...]
+// tokens_per_s counts training tokens (batch x seq_len per step) over all
+// steps, the first included; validation time is excluded.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "comm/init.h"
+#include "examples/gpt/dataset.h"
+#include "examples/gpt/launch.h"
+#include "examples/gpt/trainer.h"
+
+ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP).");
+ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
+ABSL_FLAG(int64_t, batch, 16, "Sequences per step.");
+ABSL_FLAG(int64_t, seq_len, 128, "Context length.");
+ABSL_FLAG(int64_t, d_model, 128, "Hidden size.");
+ABSL_FLAG(int64_t, n_heads, 4, "Attention heads.");
+ABSL_FLAG(int64_t, n_layers, 4, "Transformer blocks.");
+ABSL_FLAG(int64_t, d_ff, 512, "MLP hidden size.");
+ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism.");
+ABSL_FLAG(bool, recompute, false, "Activation checkpointing.");
+
+namespace tpx::gpt {
+namespace {
+
+int MeasureRank(int tp) {
+  auto world = comm::Init();
+  if (!world.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", world.status().ToString().c_str());
+    return 1;
+  }
+  // The text only feeds batches; a repeated sentence is as fast as any.
+  std::string text;
+  while (text.size() < 200000) text += "In the beginning God created the heaven and the earth.\n";
+  auto data = ByteDataset::FromText(text, 0.1);
+  if (!data.ok()) return 1;
+  TrainOptions o;
+  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize,
+                      .seq_len = absl::GetFlag(FLAGS_seq_len),
+                      .d_model = absl::GetFlag(FLAGS_d_model),
+                      .n_heads = absl::GetFlag(FLAGS_n_heads),
+                      .n_layers = absl::GetFlag(FLAGS_n_layers),
+                      .d_ff = absl::GetFlag(FLAGS_d_ff),
+                      .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
+                      .activation_checkpointing = absl::GetFlag(FLAGS_recompute)};
+  o.tp = tp;
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.warmup_steps = 1;
+  o.log_interval = 0;
+  o.eval_interval = 0;
+  o.eval_batches = 1;
+  o.sample_tokens = 0;
+  auto r = Train(**world, *data, o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  if ((*world)->rank() == 0) {
+    const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
+    std::printf(
+        "{\"bench\":\"gpt\",\"tp\":%d,\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
+        "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
+        "\"sequence_parallel\":%s,\"recompute\":%s}\n",
+        tp, r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
+        static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
+        static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
+        o.model.sequence_parallel ? "true" : "false", o.model.activation_checkpointing ? "true" : "false");
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpx::gpt
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  int failures = 0;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_tps), ',')) {
+    int tp = 0;
+    if (!absl::SimpleAtoi(s, &tp) || tp < 1) {
+      std::fprintf(stderr, "gpt bench: bad --tps entry '%s'\n", std::string(s).c_str());
+      return 2;
+    }
+    if (tpx::gpt::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,96 @@
+#include "core/cuda/gemm.h"
+
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/cuda/cuda_status.h"
+#include "core/status_macros.h"
+
+namespace tpx::cuda {
+namespace {
+
+// DTypeName is std::string_view; Debian Abseil's StrCat takes absl::string_view.
+std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
+
+absl::StatusOr<cudaDataType_t> CudaType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cuda gemm: dtype ", Name(dtype), " is not f32, bf16 or f16"));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<CublasHandle> CublasHandle::Create(int device) {
+  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  cublasHandle_t handle = nullptr;
+  TPX_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle), "cublasCreate"));
+  // Never silently use reduced-precision tensor-core math for f32.
+  TPX_RETURN_IF_ERROR(
+      CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  return CublasHandle(handle, device);
+}
+
+CublasHandle::CublasHandle(CublasHandle&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)), device_(other.device_) {}
+
+CublasHandle& CublasHandle::operator=(CublasHandle&& other) noexcept {
+  if (this != &other) {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+    handle_ = std::exchange(other.handle_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+CublasHandle::~CublasHandle() {
+  if (handle_ != nullptr) cublasDestroy(handle_);
+}
+
+absl::Status Gemm(const CublasHandle& blas, const Stream& stream, bool trans_a, bool trans_b,
+                  int64_t m, int64_t n, int64_t k, float alpha, DType ab_dtype, const void* a,
+                  int64_t lda, const void* b, int64_t ldb, float beta, DType c_dtype, void* c,
+                  int64_t ldc) {
+  const std::string what = absl::StrCat("cuda gemm [", m, "x", k, "] @ [", k, "x", n, "] (",
+                                        Name(ab_dtype), " -> ", Name(c_dtype), ")");
+  if (m < 0 || n < 0 || k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": negative size"));
+  }
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (m > kIntMax || n > kIntMax || k > kIntMax || lda > kIntMax || ldb > kIntMax ||
+      ldc > kIntMax) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": sizes exceed cuBLAS's int range"));
+  }
+  const int64_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+  if (lda < std::max<int64_t>(1, a_cols) || ldb < std::max<int64_t>(1, b_cols) ||
+      ldc < std::max<int64_t>(1, n)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": leading dimension too small (lda ",
+                                                   lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
+  }
+  if (c_dtype != DType::kF32 && c_dtype != ab_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": C must be f32 or the input dtype"));
+  }
+  TPX_ASSIGN_OR_RETURN(cudaDataType_t ab_type, CudaType(ab_dtype));
+  TPX_ASSIGN_OR_RETURN(cudaDataType_t c_type, CudaType(c_dtype));
+  if (m == 0 || n == 0) return absl::OkStatus();
+  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(blas.device()), "cudaSetDevice"));
+  TPX_RETURN_IF_ERROR(CublasStatus(cublasSetStream(blas.get(), stream.get()), "cublasSetStream"));
+  // cuBLAS is column-major: a row-major [r, c] matrix is its [c, r]
+  // transpose, so C^T = op(B)^T op(A)^T is computed with A and B swapped.
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  return CublasStatus(
+      cublasGemmEx(blas.get(), op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                   static_cast<int>(k), &alpha, b, ab_type, static_cast<int>(ldb), a, ab_type,
+                   static_cast<int>(lda), &beta, c, c_type, static_cast<int>(ldc),
+                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      what);
+}
+
+}  // namespace tpx::cuda

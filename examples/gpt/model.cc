@@ -1,0 +1,299 @@
+#include "examples/gpt/model.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/checkpoint.h"
+#include "core/autograd/grad_mode.h"
+#include "core/autograd/ops.h"
+#include "core/ops.h"
+#include "core/status_macros.h"
+#include "layers/init.h"
+#include "loss/cross_entropy.h"
+#include "parallel/mappings.h"
+#include "rng/dropout.h"
+#include "rng/random.h"
+#include "rng/tracker.h"
+
+namespace tpx::gpt {
+namespace {
+
+constexpr double kLayerNormEps = 1e-5;
+constexpr double kInitStd = 0.02;
+
+absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name) {
+  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Full(std::move(shape), value));
+  return Variable(t, /*requires_grad=*/true, std::move(name));
+}
+
+// [T, T] additive mask: 0 on and below the diagonal, a large negative above
+// it, so softmax gives future positions (numerically) zero weight.
+absl::StatusOr<Tensor> CausalMask(int64_t t) {
+  std::vector<float> m(t * t, 0.0f);
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = i + 1; j < t; ++j) m[i * t + j] = -1e9f;
+  }
+  return Tensor::FromVector<float>(m, {t, t});
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& tp,
+                                                           const GptConfig& c) {
+  const int tp_size = tp.size();
+  if (c.d_model % c.n_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: d_model ", c.d_model,
+                                                   " is not a multiple of n_heads ", c.n_heads));
+  }
+  if (c.n_heads % tp_size != 0 || c.d_ff % tp_size != 0 || c.vocab_size % tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel: n_heads ", c.n_heads, ", d_ff ", c.d_ff, " and vocab_size ", c.vocab_size,
+        " must all be divisible by the tensor-parallel size ", tp_size));
+  }
+  if (c.sequence_parallel && c.seq_len % tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: sequence parallelism needs seq_len ",
+                                                   c.seq_len, " divisible by the TP size ",
+                                                   tp_size));
+  }
+  if (!(c.dropout >= 0 && c.dropout < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: dropout ", c.dropout,
+                                                   " outside [0, 1)"));
+  }
+  auto model = std::unique_ptr<GptModel>(new GptModel(tp, c));
+  model->heads_per_rank_ = c.n_heads / tp_size;
+  model->first_head_ = model->heads_per_rank_ * tp.rank();
+  const bool sp = c.sequence_parallel;
+  // Every weight gets its own seed, derived from the model seed and its place
+  // in the model, so layers are independent and TP-size invariant.
+  uint64_t next_seed = c.seed * 1000003ull;
+
+  TPX_ASSIGN_OR_RETURN(auto emb, layers::VocabParallelEmbedding::Create(
+                                     tp, c.vocab_size, c.d_model,
+                                     {.sequence_parallel = sp,
+                                      .init_method = layers::NormalInit(kInitStd),
+                                      .seed = ++next_seed}));
+  model->embedding_ = std::make_unique<layers::VocabParallelEmbedding>(std::move(emb));
+  model->AddParam(model->embedding_->weight(), false, false, true);
+
+  TPX_ASSIGN_OR_RETURN(Tensor pos, Tensor::Empty({c.seq_len, c.d_model}));
+  TPX_RETURN_IF_ERROR(layers::FillNormal(pos, ++next_seed, 0.0, kInitStd));
+  model->positions_ = Variable(pos, true, "positions");
+  model->AddParam(model->positions_, true, sp, true);
+
+  // GPT-2's scaled init of the projections that write into the residual stream.
+  const double out_std = kInitStd / std::sqrt(2.0 * static_cast<double>(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    Block b;
+    const std::string p = absl::StrCat("block", l, ".");
+    TPX_ASSIGN_OR_RETURN(b.ln1_w, Filled({c.d_model}, 1.0, p + "ln1.weight"));
+    TPX_ASSIGN_OR_RETURN(b.ln1_b, Filled({c.d_model}, 0.0, p + "ln1.bias"));
+    TPX_ASSIGN_OR_RETURN(b.ln2_w, Filled({c.d_model}, 1.0, p + "ln2.weight"));
+    TPX_ASSIGN_OR_RETURN(b.ln2_b, Filled({c.d_model}, 0.0, p + "ln2.bias"));
+    // Fused QKV rows are [q | k | v], each head-major; stride 3 hands every
+    // rank the q, k and v rows of its own heads.
+    TPX_ASSIGN_OR_RETURN(auto qkv, layers::ColumnParallelLinear::Create(
+                                       tp, c.d_model, 3 * c.d_model,
+                                       {.sequence_parallel = sp, .stride = 3,
+                                        .init_method = layers::NormalInit(kInitStd),
+                                        .seed = ++next_seed}));
+    TPX_ASSIGN_OR_RETURN(auto attn_out, layers::RowParallelLinear::Create(
+                                            tp, c.d_model, c.d_model,
+                                            {.input_is_parallel = true, .sequence_parallel = sp,
+                                             .init_method = layers::NormalInit(out_std),
+                                             .seed = ++next_seed}));
+    TPX_ASSIGN_OR_RETURN(auto fc1, layers::ColumnParallelLinear::Create(
+                                       tp, c.d_model, c.d_ff,
+                                       {.sequence_parallel = sp,
+                                        .init_method = layers::NormalInit(kInitStd),
+                                        .seed = ++next_seed}));
+    TPX_ASSIGN_OR_RETURN(auto fc2, layers::RowParallelLinear::Create(
+                                       tp, c.d_ff, c.d_model,
+                                       {.input_is_parallel = true, .sequence_parallel = sp,
+                                        .init_method = layers::NormalInit(out_std),
+                                        .seed = ++next_seed}));
+    b.qkv = std::make_unique<layers::ColumnParallelLinear>(std::move(qkv));
+    b.attn_out = std::make_unique<layers::RowParallelLinear>(std::move(attn_out));
+    b.fc1 = std::make_unique<layers::ColumnParallelLinear>(std::move(fc1));
+    b.fc2 = std::make_unique<layers::RowParallelLinear>(std::move(fc2));
+    for (const Variable* v : {&b.ln1_w, &b.ln1_b}) model->AddParam(*v, true, sp, false);
+    model->AddParam(b.qkv->weight(), false, false, true);
+    model->AddParam(b.qkv->bias(), false, false, false);
+    model->AddParam(b.attn_out->weight(), false, false, true);
+    model->AddParam(b.attn_out->bias(), true, sp, false);
+    for (const Variable* v : {&b.ln2_w, &b.ln2_b}) model->AddParam(*v, true, sp, false);
+    model->AddParam(b.fc1->weight(), false, false, true);
+    model->AddParam(b.fc1->bias(), false, false, false);
+    model->AddParam(b.fc2->weight(), false, false, true);
+    model->AddParam(b.fc2->bias(), true, sp, false);
+    model->blocks_.push_back(std::move(b));
+  }
+  TPX_ASSIGN_OR_RETURN(model->lnf_w_, Filled({c.d_model}, 1.0, "lnf.weight"));
+  TPX_ASSIGN_OR_RETURN(model->lnf_b_, Filled({c.d_model}, 0.0, "lnf.bias"));
+  model->AddParam(model->lnf_w_, true, sp, false);
+  model->AddParam(model->lnf_b_, true, sp, false);
+  return model;
+}
+
+void GptModel::AddParam(const Variable& v, bool tp_duplicate, bool sp_partial, bool decay) {
+  params_.push_back(ModelParam{v, tp_duplicate, sp_partial, decay});
+}
+
+int64_t GptModel::NumParameters() const {
+  int64_t n = 0;
+  for (const ModelParam& p : params_) {
+    n += p.tp_duplicate ? p.var.value().numel() : p.var.value().numel() * tp_->size();
+  }
+  return n;
+}
+
+absl::StatusOr<Variable> GptModel::HiddenDropout(const Variable& x, int64_t seq_len,
+                                                 bool training) const {
+  if (!training || config_.dropout == 0) return x;
+  const int64_t local = x.shape()[0];
+  const int64_t offset = config_.sequence_parallel ? local * tp_->rank() : 0;
+  rng::ShardSpec shard{{seq_len, x.shape()[1], x.shape()[2]}, 0, offset, local};
+  TPX_ASSIGN_OR_RETURN(rng::RngFork fork, rng::GetRngTracker().Fork());
+  return rng::Dropout(x, config_.dropout, training, &shard);
+}
+
+absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int64_t b,
+                                             bool training) const {
+  const int64_t hl = heads_per_rank_;
+  const int64_t hd = config_.d_model / config_.n_heads;
+  TPX_ASSIGN_OR_RETURN(std::vector<Variable> parts, ag::Chunk(qkv, 3, -1));
+  // [T, B, Hl*hd] -> [B*Hl, T, hd]
+  auto heads = [&](const Variable& x) -> absl::StatusOr<Variable> {
+    TPX_ASSIGN_OR_RETURN(Variable r, ag::Reshape(x, {t, b, hl, hd}));
+    TPX_ASSIGN_OR_RETURN(r, ag::Permute(r, {1, 2, 0, 3}));
+    return ag::Reshape(r, {b * hl, t, hd});
+  };
+  TPX_ASSIGN_OR_RETURN(Variable q, heads(parts[0]));
+  TPX_ASSIGN_OR_RETURN(Variable k, heads(parts[1]));
+  TPX_ASSIGN_OR_RETURN(Variable v, heads(parts[2]));
+  TPX_ASSIGN_OR_RETURN(Variable kt, ag::Transpose(k, 1, 2));
+  TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, kt));
+  TPX_ASSIGN_OR_RETURN(scores, ag::Scale(scores, 1.0 / std::sqrt(static_cast<double>(hd))));
+  TPX_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t));
+  TPX_ASSIGN_OR_RETURN(scores, ag::Add(scores, Variable(mask)));
+  TPX_ASSIGN_OR_RETURN(Variable probs, ag::Softmax(scores, -1));
+  if (training && config_.dropout > 0) {
+    // This rank's heads are a slice of the full [B, H, T, T] probabilities.
+    TPX_ASSIGN_OR_RETURN(probs, ag::Reshape(probs, {b, hl, t, t}));
+    rng::ShardSpec shard{{b, config_.n_heads, t, t}, 1, first_head_, hl};
+    TPX_ASSIGN_OR_RETURN(rng::RngFork fork, rng::GetRngTracker().Fork());
+    TPX_ASSIGN_OR_RETURN(probs, rng::Dropout(probs, config_.dropout, training, &shard));
+    TPX_ASSIGN_OR_RETURN(probs, ag::Reshape(probs, {b * hl, t, t}));
+  }
+  TPX_ASSIGN_OR_RETURN(Variable ctx, ag::Matmul(probs, v));  // [B*Hl, T, hd]
+  TPX_ASSIGN_OR_RETURN(ctx, ag::Reshape(ctx, {b, hl, t, hd}));
+  TPX_ASSIGN_OR_RETURN(ctx, ag::Permute(ctx, {2, 0, 1, 3}));
+  return ag::Reshape(ctx, {t, b, hl * hd});
+}
+
+absl::StatusOr<Variable> GptModel::BlockForward(const Block& blk, const Variable& x, int64_t t,
+                                                int64_t b, bool training) const {
+  TPX_ASSIGN_OR_RETURN(Variable h, ag::LayerNorm(x, blk.ln1_w, blk.ln1_b, kLayerNormEps));
+  TPX_ASSIGN_OR_RETURN(layers::LinearOutput qkv, blk.qkv->Forward(h));
+  TPX_ASSIGN_OR_RETURN(Variable ctx, Attention(qkv.output, t, b, training));
+  TPX_ASSIGN_OR_RETURN(layers::LinearOutput attn, blk.attn_out->Forward(ctx));
+  TPX_ASSIGN_OR_RETURN(Variable a, HiddenDropout(attn.output, t, training));
+  TPX_ASSIGN_OR_RETURN(Variable x1, ag::Add(x, a));
+
+  TPX_ASSIGN_OR_RETURN(h, ag::LayerNorm(x1, blk.ln2_w, blk.ln2_b, kLayerNormEps));
+  TPX_ASSIGN_OR_RETURN(layers::LinearOutput up, blk.fc1->Forward(h));
+  TPX_ASSIGN_OR_RETURN(Variable g, ag::Gelu(up.output));
+  TPX_ASSIGN_OR_RETURN(layers::LinearOutput down, blk.fc2->Forward(g));
+  TPX_ASSIGN_OR_RETURN(Variable m, HiddenDropout(down.output, t, training));
+  return ag::Add(x1, m);
+}
+
+absl::StatusOr<Variable> GptModel::Logits(const Tensor& tokens, bool training) const {
+  if (tokens.dim() != 2 || tokens.size(0) > config_.seq_len ||
+      (config_.sequence_parallel && tokens.size(0) % tp_->size() != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel::Logits: tokens must be [T, B] with T <= seq_len ", config_.seq_len,
+        (config_.sequence_parallel ? " and T divisible by the TP size" : ""), "; got ",
+        tokens.ToString()));
+  }
+  const int64_t t = tokens.size(0), b = tokens.size(1);
+  const bool sp = config_.sequence_parallel;
+  Variable x;
+  if (sp) {
+    // The embedding takes [B, T] and returns this rank's [T/tp, B, D].
+    TPX_ASSIGN_OR_RETURN(Tensor bt, tokens.Transpose(0, 1));
+    TPX_ASSIGN_OR_RETURN(bt, bt.Contiguous());
+    TPX_ASSIGN_OR_RETURN(x, embedding_->Forward(bt));
+  } else {
+    TPX_ASSIGN_OR_RETURN(x, embedding_->Forward(tokens));
+  }
+  const int64_t local_t = x.shape()[0];
+  const int64_t first_t = sp ? local_t * tp_->rank() : 0;
+  TPX_ASSIGN_OR_RETURN(Variable pos, ag::Narrow(positions_, 0, first_t, local_t));
+  TPX_ASSIGN_OR_RETURN(pos, ag::Unsqueeze(pos, 1));
+  TPX_ASSIGN_OR_RETURN(x, ag::Add(x, pos));
+  TPX_ASSIGN_OR_RETURN(x, HiddenDropout(x, t, training));
+
+  for (const Block& blk : blocks_) {
+    if (config_.activation_checkpointing && GradModeEnabled()) {
+      auto fn = [this, &blk, t, b, training](
+                    absl::Span<const Variable> in) -> absl::StatusOr<std::vector<Variable>> {
+        TPX_ASSIGN_OR_RETURN(Variable y, BlockForward(blk, in[0], t, b, training));
+        return std::vector<Variable>{y};
+      };
+      TPX_ASSIGN_OR_RETURN(std::vector<Variable> out,
+                           checkpoint::Checkpoint(fn, /*distribute_saved_activations=*/false,
+                                                  {x}, tp_));
+      x = out[0];
+    } else {
+      TPX_ASSIGN_OR_RETURN(x, BlockForward(blk, x, t, b, training));
+    }
+  }
+  TPX_ASSIGN_OR_RETURN(x, ag::LayerNorm(x, lnf_w_, lnf_b_, kLayerNormEps));
+  // The tied output projection uses vocabulary-sharded rows, so the gradient
+  // of x is partial on each rank: summed in backward by the mapping.
+  if (sp) {
+    TPX_ASSIGN_OR_RETURN(x, parallel::GatherFromSequenceParallelRegion(*tp_, x, true));
+  } else {
+    TPX_ASSIGN_OR_RETURN(x, parallel::CopyToTensorParallelRegion(*tp_, x));
+  }
+  return ag::Linear(x, embedding_->weight());
+}
+
+absl::StatusOr<Variable> GptModel::Loss(const Tensor& tokens, const Tensor& targets,
+                                        bool training) const {
+  TPX_ASSIGN_OR_RETURN(Variable logits, Logits(tokens, training));
+  TPX_ASSIGN_OR_RETURN(Variable per_token,
+                       loss::VocabParallelCrossEntropy(logits, targets, tp_, {}));
+  return loss::MeanOverNonIgnored(per_token, targets);
+}
+
+absl::StatusOr<std::vector<int64_t>> GptModel::Generate(std::vector<int64_t> prompt,
+                                                        int64_t count) const {
+  NoGradGuard no_grad;
+  const int64_t t = config_.seq_len;
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int64_t> window(t, '\n');
+    const int64_t have = std::min<int64_t>(t, static_cast<int64_t>(prompt.size()));
+    std::copy(prompt.end() - have, prompt.end(), window.end() - have);
+    TPX_ASSIGN_OR_RETURN(Tensor tokens, Tensor::FromVector<int64_t>(window, {t, 1}));
+    TPX_ASSIGN_OR_RETURN(Variable logits, Logits(tokens, /*training=*/false));
+    TPX_ASSIGN_OR_RETURN(Variable full, parallel::GatherFromTensorParallelRegion(*tp_, logits));
+    TPX_ASSIGN_OR_RETURN(Tensor last, full.value().Narrow(0, t - 1, 1));
+    TPX_ASSIGN_OR_RETURN(Tensor flat, last.Reshape({config_.vocab_size}));
+    TPX_ASSIGN_OR_RETURN(Tensor best, ops::Argmax(flat, 0));
+    prompt.push_back(static_cast<int64_t>(best.Item()));
+  }
+  return prompt;
+}
+
+absl::Status GptModel::AllReduceSequenceParallelGrads() const {
+  if (!config_.sequence_parallel || tp_->size() == 1) return absl::OkStatus();
+  for (const ModelParam& p : params_) {
+    if (!p.sequence_parallel_partial || !p.var.grad().defined()) continue;
+    TPX_RETURN_IF_ERROR(tp_->AllReduce(p.var.grad(), comm::ReduceOp::kSum).Wait());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpx::gpt

@@ -1,0 +1,207 @@
+// Trains a small GPT on a public-domain text with tensor parallelism.
+//
+//   bazel run -c opt //examples/gpt:train -- --nproc=2 --tp=2
+//
+// Starts its own ranks (--nproc, forked on this machine) unless a launcher
+// (tools/tpxrun, torchrun, mpirun) already did. Prints a progress line per
+// --log_interval steps, the validation loss every --eval_interval steps, a
+// greedy text sample at the end, and writes the loss curve as CSV (and as a
+// PNG when gnuplot is installed).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/init.h"
+#include "core/status_macros.h"
+#include "examples/gpt/dataset.h"
+#include "examples/gpt/launch.h"
+#include "examples/gpt/trainer.h"
+
+ABSL_FLAG(int, nproc, 2, "Ranks to start on this machine (ignored under a launcher).");
+ABSL_FLAG(int, tp, 2, "Tensor-parallel size (divides the world size; the rest is data-parallel).");
+ABSL_FLAG(std::string, backend, "", "Communication backend plugin (default: --tpx_comm_backend).");
+ABSL_FLAG(int64_t, steps, 300, "Optimizer steps.");
+ABSL_FLAG(int64_t, batch, 16, "Sequences per step per data-parallel replica.");
+ABSL_FLAG(int64_t, seq_len, 128, "Context length in bytes.");
+ABSL_FLAG(int64_t, d_model, 128, "Hidden size.");
+ABSL_FLAG(int64_t, n_heads, 4, "Attention heads.");
+ABSL_FLAG(int64_t, n_layers, 4, "Transformer blocks.");
+ABSL_FLAG(int64_t, d_ff, 512, "MLP hidden size.");
+ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
+ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism in the LayerNorm/dropout regions.");
+ABSL_FLAG(bool, recompute, false, "Activation checkpointing: recompute every block in backward.");
+ABSL_FLAG(uint64_t, seed, 1234, "Seed of weights, dropout and batches.");
+ABSL_FLAG(double, lr, 3e-3, "Peak learning rate.");
+ABSL_FLAG(double, min_lr, 3e-4, "Final learning rate of the cosine decay.");
+ABSL_FLAG(int64_t, warmup, 30, "Linear warm-up steps.");
+ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only).");
+ABSL_FLAG(double, clip, 1.0, "Clip gradients to this global norm.");
+ABSL_FLAG(int64_t, log_interval, 10, "Steps between progress lines.");
+ABSL_FLAG(int64_t, eval_interval, 50, "Steps between validation losses.");
+ABSL_FLAG(int64_t, eval_batches, 4, "Validation batches per evaluation.");
+ABSL_FLAG(int64_t, sample_tokens, 300, "Greedy sample length after training.");
+ABSL_FLAG(std::string, prompt, "And God said", "Prompt of the sample.");
+ABSL_FLAG(std::string, data, "", "Training text (default: the bundled KJV Genesis + Exodus).");
+ABSL_FLAG(std::string, csv, "gpt_loss.csv",
+          "Loss curve CSV (relative paths are taken from where `bazel run` was started).");
+
+namespace tpx::gpt {
+namespace {
+
+constexpr char kBundledText[] = "examples/gpt/data/kjv_genesis_exodus.txt";
+
+std::string FindData() {
+  std::string flag = absl::GetFlag(FLAGS_data);
+  if (!flag.empty()) return flag;
+  std::vector<std::string> candidates = {kBundledText};
+  for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* dir = std::getenv(env)) candidates.push_back(absl::StrCat(dir, "/tpx/", kBundledText));
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) candidates.push_back(absl::StrCat(std::string(exe, n), ".runfiles/tpx/", kBundledText));
+  for (const std::string& c : candidates) {
+    if (std::ifstream(c).good()) return c;
+  }
+  return kBundledText;
+}
+
+std::string UserPath(const std::string& path) {
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (path.empty() || path[0] == '/' || wd == nullptr) return path;
+  return absl::StrCat(wd, "/", path);
+}
+
+std::string Clock(double s) {
+  const int64_t t = static_cast<int64_t>(std::llround(s));
+  return absl::StrFormat("%d:%02d", t / 60, t % 60);
+}
+
+void WriteCurve(const TrainResult& r, const std::string& csv) {
+  std::ofstream out(csv);
+  if (!out) {
+    std::fprintf(stderr, "cannot write %s\n", csv.c_str());
+    return;
+  }
+  out << "step,loss,val_loss\n";
+  size_t next = 0;
+  for (size_t i = 0; i < r.losses.size(); ++i) {
+    const int64_t step = static_cast<int64_t>(i) + 1;
+    while (next < r.log.size() && r.log[next].step < step) ++next;
+    const bool has_val = next < r.log.size() && r.log[next].step == step && r.log[next].val_loss >= 0;
+    out << step << "," << absl::StrFormat("%.5f", r.losses[i]) << ",";
+    if (has_val) out << absl::StrFormat("%.5f", r.log[next].val_loss);
+    out << "\n";
+  }
+  out.close();
+  std::printf("loss curve: %s\n", csv.c_str());
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    const std::string png = csv.substr(0, csv.rfind('.')) + ".png";
+    const std::string cmd = absl::StrCat(
+        "gnuplot -e \"set terminal png size 800,500; set output '", png,
+        "'; set datafile separator ','; set key autotitle columnhead; set xlabel 'step';"
+        " set ylabel 'loss (nats/byte)'; plot '", csv, "' using 1:2 with lines, '", csv,
+        "' using 1:3 with linespoints\"");
+    if (std::system(cmd.c_str()) == 0) std::printf("loss plot: %s\n", png.c_str());
+  }
+}
+
+absl::Status RankMain() {
+  comm::InitOptions init;
+  init.backend = absl::GetFlag(FLAGS_backend);
+  TPX_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world, comm::Init(init));
+  const bool leader = world->rank() == 0;
+  const std::string path = FindData();
+  TPX_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(path, /*val_fraction=*/0.1));
+
+  TrainOptions o;
+  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize,
+                      .seq_len = absl::GetFlag(FLAGS_seq_len),
+                      .d_model = absl::GetFlag(FLAGS_d_model),
+                      .n_heads = absl::GetFlag(FLAGS_n_heads),
+                      .n_layers = absl::GetFlag(FLAGS_n_layers),
+                      .d_ff = absl::GetFlag(FLAGS_d_ff),
+                      .dropout = absl::GetFlag(FLAGS_dropout),
+                      .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
+                      .activation_checkpointing = absl::GetFlag(FLAGS_recompute),
+                      .seed = absl::GetFlag(FLAGS_seed)};
+  o.tp = absl::GetFlag(FLAGS_tp);
+  o.batch = absl::GetFlag(FLAGS_batch);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.warmup_steps = std::min(absl::GetFlag(FLAGS_warmup), o.steps);
+  o.lr = absl::GetFlag(FLAGS_lr);
+  o.min_lr = absl::GetFlag(FLAGS_min_lr);
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.clip_norm = absl::GetFlag(FLAGS_clip);
+  o.log_interval = absl::GetFlag(FLAGS_log_interval);
+  o.eval_interval = absl::GetFlag(FLAGS_eval_interval);
+  o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
+  o.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
+  o.prompt = absl::GetFlag(FLAGS_prompt);
+
+  if (leader) {
+    std::printf("data: %s (%zu train / %zu validation bytes); unigram entropy %.3f nats/byte\n",
+                path.c_str(), data.train().size(), data.validation().size(),
+                data.UnigramEntropyNats());
+    std::printf("world %d = tp %d x dp %d, backend %s; model: %lld layers, d_model %lld, %lld "
+                "heads, d_ff %lld, seq_len %lld, dropout %.2f%s%s\n",
+                world->size(), o.tp, world->size() / std::max(o.tp, 1), world->backend().c_str(),
+                static_cast<long long>(o.model.n_layers), static_cast<long long>(o.model.d_model),
+                static_cast<long long>(o.model.n_heads), static_cast<long long>(o.model.d_ff),
+                static_cast<long long>(o.model.seq_len), o.model.dropout,
+                o.model.sequence_parallel ? ", sequence parallel" : "",
+                o.model.activation_checkpointing ? ", activation checkpointing" : "");
+    std::fflush(stdout);
+  }
+  auto print = [&](const StepRecord& r) {
+    if (!leader) return;
+    std::string val = r.val_loss >= 0 ? absl::StrFormat(" | val %.4f", r.val_loss) : "";
+    std::printf("step %5lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.0f tok/s | "
+                "elapsed %s | ETA %s\n",
+                static_cast<long long>(r.step), static_cast<long long>(o.steps), r.loss,
+                val.c_str(), r.lr, r.grad_norm, r.tokens_per_s, Clock(r.elapsed_s).c_str(),
+                Clock(r.eta_s).c_str());
+    std::fflush(stdout);
+  };
+  TPX_ASSIGN_OR_RETURN(TrainResult result, Train(*world, data, o, print));
+  if (leader) {
+    std::printf("done: %lld parameters, %.0f tokens/s, final validation loss %.4f nats/byte "
+                "(unigram entropy %.4f)\n",
+                static_cast<long long>(result.num_parameters), result.tokens_per_s,
+                result.final_val_loss, data.UnigramEntropyNats());
+    if (!result.sample.empty()) {
+      std::printf("--- greedy sample ---\n%s\n---------------------\n", result.sample.c_str());
+    }
+    WriteCurve(result, UserPath(absl::GetFlag(FLAGS_csv)));
+  }
+  return absl::OkStatus();
+}
+
+int RankMainExitCode() {
+  absl::Status s = RankMain();
+  if (!s.ok()) {
+    std::fprintf(stderr, "train: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tpx::gpt
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int nproc = absl::GetFlag(FLAGS_nproc);
+  if (tpx::gpt::LaunchedByLauncher()) return tpx::gpt::RankMainExitCode();
+  return tpx::gpt::RunLocalRanks(std::max(nproc, 1), tpx::gpt::RankMainExitCode);
+}

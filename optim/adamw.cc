@@ -1,0 +1,80 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+
+namespace tpx::optim {
+
+absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions options) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamW: betas must lie in [0, 1), got (",
+                                                   options.beta1, ", ", options.beta2, ")"));
+  }
+  if (options.eps < 0 || options.weight_decay < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamW: eps (", options.eps,
+                                                   ") and weight_decay (", options.weight_decay,
+                                                   ") must be >= 0"));
+  }
+  AdamW opt(std::move(params), options);
+  for (size_t i = 0; i < opt.params_.size(); ++i) {
+    const Variable& v = opt.params_[i].var;
+    if (!v.is_leaf() || !v.requires_grad() || v.value().dtype() != DType::kF32 ||
+        !v.value().is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AdamW: parameter ", i, " ('", v.name(), "', ", v.value().ToString(),
+          ") must be a contiguous f32 leaf that requires grad"));
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor m, Tensor::Zeros(v.shape()));
+    TPX_ASSIGN_OR_RETURN(Tensor s, Tensor::Zeros(v.shape()));
+    opt.exp_avg_.push_back(std::move(m));
+    opt.exp_avg_sq_.push_back(std::move(s));
+    opt.param_steps_.push_back(0);
+  }
+  return opt;
+}
+
+absl::Status AdamW::Step(double lr) {
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Variable& v = params_[i].var;
+    const Tensor& g_t = v.grad();
+    if (!g_t.defined()) continue;
+    if (g_t.shape() != v.shape()) {
+      return absl::InvalidArgumentError(absl::StrCat("AdamW::Step: gradient of '", v.name(), "' is ",
+                                                     g_t.ToString(), " but the parameter is ",
+                                                     v.value().ToString()));
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor g_c, g_t.To(DType::kF32));  // contiguous f32
+    const int64_t t = ++param_steps_[i];
+    const double b1 = options_.beta1, b2 = options_.beta2;
+    const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
+    const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
+    const float step_size = static_cast<float>(lr / bias1);
+    const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+    const float decay =
+        params_[i].weight_decay ? static_cast<float>(1.0 - lr * options_.weight_decay) : 1.0f;
+    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+    const float eps = static_cast<float>(options_.eps);
+    float* p = v.value().data<float>();
+    const float* g = g_c.data<float>();
+    float* m = exp_avg_[i].data<float>();
+    float* s = exp_avg_sq_[i].data<float>();
+    const int64_t n = v.value().numel();
+    for (int64_t j = 0; j < n; ++j) {
+      p[j] *= decay;
+      m[j] = fb1 * m[j] + (1.0f - fb1) * g[j];
+      s[j] = fb2 * s[j] + (1.0f - fb2) * g[j] * g[j];
+      p[j] -= step_size * m[j] / (std::sqrt(s[j]) * inv_sqrt_bias2 + eps);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void AdamW::ZeroGrad() {
+  for (Param& p : params_) p.var.ClearGrad();
+}
+
+}  // namespace tpx::optim

@@ -1,0 +1,76 @@
+// AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), on f32
+// parameters held as autograd leaves.
+//
+//   std::vector<optim::AdamW::Param> params = {{w, /*decay=*/true}, {ln_gain, false}};
+//   TPX_ASSIGN_OR_RETURN(optim::AdamW opt, optim::AdamW::Create(params, {.weight_decay = 0.1}));
+//   ... Backward(loss) ...
+//   TPX_RETURN_IF_ERROR(opt.Step(/*lr=*/schedule.At(step)));
+//   opt.ZeroGrad();
+//
+// Update of one element (t = number of steps taken, from 1):
+//   p -= lr * wd * p                       (only for params with decay)
+//   m  = b1 * m + (1 - b1) * g
+//   v  = b2 * v + (1 - b2) * g^2
+//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// A parameter whose grad() is undefined in a step is left untouched (its
+// moments do not advance), as in PyTorch.
+// Thread-safety: none; one thread drives an optimizer.
+#ifndef TPX_OPTIM_ADAMW_H_
+#define TPX_OPTIM_ADAMW_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/autograd/variable.h"
+#include "core/tensor.h"
+
+namespace tpx::optim {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+class AdamW {
+ public:
+  struct Param {
+    Variable var;
+    // Biases, norms' gains and similar usually train without decay.
+    bool weight_decay = true;
+  };
+
+  // Errors: a parameter that is not a contiguous f32 leaf requiring grad;
+  // betas outside [0, 1); eps or weight_decay negative.
+  static absl::StatusOr<AdamW> Create(std::vector<Param> params, AdamWOptions options = {});
+
+  // One update with learning rate `lr` from each parameter's grad().
+  // Error: a gradient whose shape/dtype differs from its parameter.
+  absl::Status Step(double lr);
+  // Clears every parameter's gradient.
+  void ZeroGrad();
+
+  int64_t steps_taken() const { return steps_; }
+  const std::vector<Param>& params() const { return params_; }
+  // First and second moments of parameter i (for tests and checkpoints).
+  const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
+  const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+
+ private:
+  AdamW(std::vector<Param> params, AdamWOptions options)
+      : params_(std::move(params)), options_(options) {}
+
+  std::vector<Param> params_;
+  AdamWOptions options_;
+  std::vector<Tensor> exp_avg_;
+  std::vector<Tensor> exp_avg_sq_;
+  std::vector<int64_t> param_steps_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace tpx::optim
+
+#endif  // TPX_OPTIM_ADAMW_H_

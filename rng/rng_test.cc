@@ -1,0 +1,199 @@
+// Single-process tests of the generator, tracker, fills, init and dropout.
+#include <cmath>
+#include <vector>
+
+#include "core/autograd/engine.h"
+#include "core/ops.h"
+#include "gtest/gtest.h"
+#include "rng/dropout.h"
+#include "rng/generator.h"
+#include "rng/init.h"
+#include "rng/random.h"
+#include "rng/tracker.h"
+
+namespace tpx::rng {
+namespace {
+
+std::vector<float> Uniforms(const Shape& shape, Generator& gen, const ShardSpec* shard = nullptr) {
+  Tensor t = *Tensor::Empty(shape);
+  EXPECT_TRUE(FillUniform(t, gen, 0.f, 1.f, shard).ok());
+  return t.ToVector<float>();
+}
+
+TEST(Tracker, DuplicateSeedOrNameIsAnError) {
+  RngStatesTracker tracker;
+  ASSERT_TRUE(tracker.Add("a", 1).ok());
+  absl::Status dup_seed = tracker.Add("b", 1);
+  EXPECT_EQ(dup_seed.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup_seed.message().find("seed 1 already exists"), absl::string_view::npos);
+  absl::Status dup_name = tracker.Add("a", 2);
+  EXPECT_EQ(dup_name.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup_name.message().find("\"a\" already exists"), absl::string_view::npos);
+  EXPECT_EQ(tracker.Fork("nope").status().code(), absl::StatusCode::kNotFound);
+  tracker.Reset();
+  EXPECT_TRUE(tracker.Add("a", 1).ok());
+}
+
+TEST(Tracker, ModelParallelSeedsFollowTheReferenceOffsets) {
+  ASSERT_TRUE(ModelParallelManualSeed(1000, /*tp_rank=*/3, /*ep_rank=*/2, /*etp_rank=*/1).ok());
+  RngStates s = GetRngTracker().GetStates();
+  EXPECT_EQ(s.at(kDataParallelRng).seed, 1000u);
+  EXPECT_EQ(s.at(kModelParallelRng).seed, 1000u + 2718 + 3);
+  EXPECT_EQ(s.at(kExpertParallelRng).seed, 1000u + 1024 + 200 + 1);
+  EXPECT_EQ(DefaultGenerator().state(), (GeneratorState{1000, 0}));
+  ASSERT_TRUE(ModelParallelManualSeed(1000, 3, 2, 1, SeedMode::kTpInvariant).ok());
+  s = GetRngTracker().GetStates();
+  EXPECT_EQ(s.at(kModelParallelRng).seed, 1000u + 2718);
+  EXPECT_EQ(s.at(kExpertParallelRng).seed, 1000u + 1024 + 200);
+  EXPECT_EQ(GetRngTracker().mode(), SeedMode::kTpInvariant);
+}
+
+TEST(Tracker, ForkSwitchesTheActiveStateAndRestoresTheOuterOne) {
+  ASSERT_TRUE(ModelParallelManualSeed(7, 0).ok());
+  const GeneratorState outer = DefaultGenerator().state();
+  std::vector<float> in_fork;
+  {
+    auto fork = GetRngTracker().Fork();
+    ASSERT_TRUE(fork.ok());
+    EXPECT_EQ(ActiveGenerator().seed(), 7u + 2718);
+    in_fork = Uniforms({16}, ActiveGenerator());
+    {
+      auto inner = GetRngTracker().Fork(kDataParallelRng);
+      ASSERT_TRUE(inner.ok());
+      EXPECT_EQ(ActiveGenerator().seed(), 7u);
+      Uniforms({4}, ActiveGenerator());
+    }
+    EXPECT_EQ(ActiveGenerator().seed(), 7u + 2718);  // back to the outer fork
+  }
+  EXPECT_EQ(&ActiveGenerator(), &DefaultGenerator());
+  EXPECT_EQ(DefaultGenerator().state(), outer);
+  // The forked state advanced: a second fork continues the stream.
+  RngStates s = GetRngTracker().GetStates();
+  EXPECT_EQ(s.at(kModelParallelRng).offset, 1u);
+  EXPECT_EQ(s.at(kDataParallelRng).offset, 1u);
+  std::vector<float> again;
+  {
+    auto fork = GetRngTracker().Fork();
+    again = Uniforms({16}, ActiveGenerator());
+  }
+  EXPECT_NE(again, in_fork);
+  // SetStates rewinds: the same numbers again.
+  s.at(kModelParallelRng).offset = 0;
+  GetRngTracker().SetStates(s);
+  {
+    auto fork = GetRngTracker().Fork();
+    EXPECT_EQ(Uniforms({16}, ActiveGenerator()), in_fork);
+  }
+}
+
+TEST(Tracker, AllStatesCaptureTheActiveGenerator) {
+  ASSERT_TRUE(ModelParallelManualSeed(11, 0).ok());
+  auto fork = GetRngTracker().Fork();
+  Uniforms({3}, ActiveGenerator());
+  AllRngStates saved = GetAllRngStates();
+  EXPECT_EQ(saved.active_state, (GeneratorState{11 + 2718, 1}));
+  std::vector<float> a = Uniforms({8}, ActiveGenerator());
+  SetAllRngStates(saved);
+  EXPECT_EQ(Uniforms({8}, ActiveGenerator()), a);
+}
+
+TEST(Random, ShardsAreSlicesOfTheWholeTensorEvenAndUneven) {
+  const Shape global = {5, 7, 3};
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    for (int64_t world : {1, 2, 3, 4}) {
+      Generator g(99);
+      Tensor whole = *Tensor::Empty(global);
+      ASSERT_TRUE(FillNormal(whole, g).ok());
+      for (int64_t r = 0; r < world; ++r) {
+        ShardSpec shard = *ShardOf(global, dim, r, world);
+        Generator gr(99);
+        Tensor part = *Tensor::Empty(shard.LocalShape());
+        ASSERT_TRUE(FillNormal(part, gr, 0.f, 1.f, &shard).ok());
+        Tensor want = *whole.Narrow(dim, shard.offset, shard.length);
+        EXPECT_EQ(part.ToVector<float>(), want.ToVector<float>())
+            << "dim " << dim << " rank " << r << " of " << world;
+      }
+    }
+  }
+}
+
+TEST(Random, ShardMismatchIsAnError) {
+  Generator g(1);
+  ShardSpec shard = *ShardOf({4, 6}, 1, 0, 2);
+  Tensor wrong = *Tensor::Empty({4, 4});
+  absl::Status s = FillUniform(wrong, g, 0.f, 1.f, &shard);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("global shape [4, 6]"), absl::string_view::npos) << s;
+  EXPECT_FALSE(ShardOf({4}, 0, 2, 2).ok());
+}
+
+TEST(Init, DistributionsAndFansFromTheGlobalShape) {
+  Generator g(5);
+  Tensor w = *Tensor::Empty({256, 512});
+  ASSERT_TRUE(InitXavierUniform(w, g).ok());
+  const float a = std::sqrt(6.f / (256 + 512));
+  double sq = 0;
+  for (float v : w.ToVector<float>()) {
+    ASSERT_LE(std::fabs(v), a);
+    sq += double(v) * v;
+  }
+  EXPECT_NEAR(sq / w.numel(), a * a / 3, 0.05 * a * a / 3);
+  ASSERT_TRUE(InitKaimingNormal(w, g).ok());
+  sq = 0;
+  for (float v : w.ToVector<float>()) sq += double(v) * v;
+  EXPECT_NEAR(sq / w.numel(), 2.0 / 512, 0.05 * 2.0 / 512);
+  // A shard initialised with the same state is the slice of the whole weight.
+  Generator g1(8), g2(8);
+  ASSERT_TRUE(InitXavierNormal(w, g1).ok());
+  ShardSpec shard = *ShardOf({256, 512}, 1, 1, 3);
+  Tensor part = *Tensor::Empty(shard.LocalShape(), DType::kBF16);
+  ASSERT_TRUE(InitXavierNormal(part, g2, &shard).ok());
+  Tensor want = *(*w.Narrow(1, shard.offset, shard.length)).To(DType::kBF16);
+  EXPECT_EQ(part.ToVector<float>(), want.ToVector<float>());
+  EXPECT_FALSE(InitXavierUniform(*Tensor::Empty({3}), g).ok());
+}
+
+TEST(Dropout, MaskScaleAndBackwardUseTheSameMask) {
+  ASSERT_TRUE(ModelParallelManualSeed(3, 0).ok());
+  Variable x(*Tensor::Ones({64, 128}), /*requires_grad=*/true);
+  const double p = 0.25;
+  auto y = Dropout(x, p);
+  ASSERT_TRUE(y.ok()) << y.status();
+  std::vector<float> yv = y->value().ToVector<float>();
+  int64_t kept = 0;
+  for (float v : yv) {
+    ASSERT_TRUE(v == 0.f || std::fabs(v - 1.f / 0.75f) < 1e-6f) << v;
+    kept += v != 0.f;
+  }
+  EXPECT_NEAR(double(kept) / yv.size(), 0.75, 0.02);
+  Tensor g = *Tensor::Full({64, 128}, 2.0);
+  ASSERT_TRUE(Backward(*y, g).ok());
+  std::vector<float> gx = x.grad().ToVector<float>();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_EQ(gx[i], 2.f * yv[i]);
+  // The mask is the DropoutMask of the same generator state.
+  Generator replay(3);
+  Tensor mask = *DropoutMask({64, 128}, p, replay);
+  std::vector<bool> m = mask.ToVector<bool>();
+  for (size_t i = 0; i < yv.size(); ++i) EXPECT_EQ(m[i], yv[i] != 0.f);
+}
+
+TEST(Dropout, IdentityForZeroPAndEvalAndErrors) {
+  Variable x(*Tensor::Full({4, 4}, 3.0));
+  const GeneratorState before = DefaultGenerator().state();
+  EXPECT_TRUE(Dropout(x, 0.0)->value().SharesStorageWith(x.value()));
+  EXPECT_TRUE(Dropout(x, 0.5, /*training=*/false)->value().SharesStorageWith(x.value()));
+  EXPECT_EQ(DefaultGenerator().state(), before);  // no draw
+  EXPECT_FALSE(Dropout(x, 1.0).ok());
+  EXPECT_FALSE(Dropout(x, -0.1).ok());
+}
+
+TEST(Dropout, Bf16KeepsDtype) {
+  Variable x(*Tensor::Full({8, 8}, 1.0, DType::kBF16));
+  auto y = Dropout(x, 0.5);
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(y->dtype(), DType::kBF16);
+  for (float v : y->value().ToVector<float>()) EXPECT_TRUE(v == 0.f || v == 2.f);
+}
+
+}  // namespace
+}  // namespace tpx::rng
