@@ -19,9 +19,10 @@ ncclConfig_t NonBlocking() {
 }  // namespace
 
 Status Communicator::ChannelLocked(int peer, bool sending, int32_t tag, P2pChannel** out) {
-  auto& slot = channels_[std::make_tuple(peer, sending, tag)];
-  if (slot != nullptr) {
-    *out = slot.get();
+  const auto key = std::make_tuple(peer, sending, tag);
+  auto it = channels_.find(key);
+  if (it != channels_.end()) {
+    *out = it->second.get();
     return Status();
   }
   auto channel = std::make_unique<P2pChannel>();
@@ -48,7 +49,7 @@ Status Communicator::ChannelLocked(int peer, bool sending, int32_t tag, P2pChann
     channel->state = P2pChannel::State::kConnecting;
   }
   *out = channel.get();
-  slot = std::move(channel);
+  channels_.emplace(key, std::move(channel));
   return Status();
 }
 
@@ -101,6 +102,8 @@ Status Communicator::PostP2pLocked(const tpx_coll_args_v1_t& args,
 }
 
 void Communicator::ProgressAllChannelsLocked() {
+  // Channels are never removed while the communicator lives, so the
+  // pointers stay valid even if a failure aborts everything midway.
   for (auto& [key, channel] : channels_) {
     if (aborted_) return;
     ProgressChannelLocked(*channel);
@@ -200,7 +203,6 @@ void Communicator::CloseChannelsLocked(bool clean) {
       ch->stream = nullptr;
     }
   }
-  channels_.clear();
 }
 
 }  // namespace tpx::nccl

@@ -171,8 +171,9 @@ Status OpIo::Fail(int code, const std::string& why) {
       waiting.insert(p.peer);
     }
   }
-  std::string msg = "ucx " + op_name_ + " (seq " + std::to_string(seq_) + ") on rank " +
-                    std::to_string(rank()) + ": " + why;
+  // The host prefixes the op's public number (#N); seq_ here is the plugin's
+  // own tag scope and would only confuse.
+  std::string msg = "ucx " + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
   if (!waiting.empty()) msg += "; still waiting on ranks " + RankList(waiting);
   error_ = Status::Error(code, msg);
   Abandon();

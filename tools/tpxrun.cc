@@ -197,6 +197,9 @@ int main(int argc, char** argv) {
     put("LOCAL_WORLD_SIZE", absl::StrCat(n));
     put("MASTER_ADDR", args.master_addr);
     put("MASTER_PORT", absl::StrCat(port));
+    // All ranks are local: keep UCX off the machine's network interfaces
+    // unless the user chose devices.
+    if (std::getenv("UCX_NET_DEVICES") == nullptr) put("UCX_NET_DEVICES", "lo");
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
