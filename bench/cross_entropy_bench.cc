@@ -37,6 +37,7 @@ ABSL_FLAG(int64_t, tokens, 2048, "tokens (s * b)");
 ABSL_FLAG(int64_t, vocab, 32000, "global vocabulary size");
 ABSL_FLAG(int, reps, 7, "timed steps per configuration");
 ABSL_FLAG(int, threads, 2, "threads over tokens at TP=1");
+ABSL_FLAG(int, only_tp, 0, "run only this TP size (1 or 2); 0 runs both");
 
 namespace tpx {
 namespace {
@@ -62,7 +63,7 @@ absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t
   opts.vocab_size = vocab;
   opts.in_place_grad = in_place;
   opts.num_threads = threads;
-  std::vector<double> times;
+  std::vector<double> times, fwd;
   for (int r = 0; r <= reps; ++r) {
     if (in_place) std::memcpy(work.raw_data(), pristine.raw_data(), pristine.nbytes());
     if (tp != nullptr) TPX_RETURN_IF_ERROR(tp->Barrier().Wait());
@@ -70,6 +71,7 @@ absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t
     {
       Variable logits(work, /*requires_grad=*/true);
       TPX_ASSIGN_OR_RETURN(Variable loss, loss::VocabParallelCrossEntropy(logits, target_t, tp, opts));
+      fwd.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       TPX_ASSIGN_OR_RETURN(std::vector<Tensor> g, Grad({loss}, {ones}, {logits}));
       if (!g[0].defined()) return absl::InternalError("no logits gradient");
     }
@@ -77,6 +79,10 @@ absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t
     if (r > 0) times.push_back(s);  // r == 0 warms up
   }
   std::sort(times.begin(), times.end());
+  std::sort(fwd.begin(), fwd.end());
+  if (std::getenv("TPX_BENCH_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "rank %d: forward median %.2f ms\n", rank, fwd[fwd.size() / 2] * 1e3);
+  }
   return times[times.size() / 2];
 }
 
@@ -121,8 +127,9 @@ void Print(int tp, bool in_place, int64_t tokens, int64_t vocab, double seconds)
 int Main() {
   const int64_t tokens = absl::GetFlag(FLAGS_tokens), vocab = absl::GetFlag(FLAGS_vocab);
   const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  const int only_tp = absl::GetFlag(FLAGS_only_tp);
   // TP=2 first: the ranks fork before this process starts any thread.
-  {
+  if (only_tp != 1) {
     char dir[] = "/tmp/tpx_ce_bench_XXXXXX";
     if (::mkdtemp(dir) == nullptr) {
       std::perror("mkdtemp");
@@ -146,6 +153,7 @@ int Main() {
     if (failed) return 1;
   }
   for (bool in_place : {false, true}) {
+    if (only_tp == 2) break;
     auto t = TimeSteps(nullptr, tokens, vocab, in_place, absl::GetFlag(FLAGS_threads), reps);
     if (!t.ok()) {
       std::fprintf(stderr, "%s\n", t.status().ToString().c_str());

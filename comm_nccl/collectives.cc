@@ -229,19 +229,10 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       }
       break;
     case TPX_COLL_SEND:
-      // NCCL matches point-to-point messages per peer in post order; tags
-      // are not seen by NCCL, so both sides must post per peer in one order.
-      if (a.count > 0) {
-        TPX_NCCL_RETURN_IF_ERROR(
-            call(ncclSend(send, a.count, type, a.peer, comm, stream), "ncclSend"));
-      }
-      break;
     case TPX_COLL_RECV:
-      if (a.count > 0) {
-        TPX_NCCL_RETURN_IF_ERROR(
-            call(ncclRecv(recv, a.count, type, a.peer, comm, stream), "ncclRecv"));
-      }
-      break;
+      // Point-to-point ops travel on their own channels (p2p.cc).
+      ncclGroupEnd();
+      return Status::Error(TPX_ERR_INTERNAL, what + ": not a collective");
     case TPX_COLL_BARRIER:
       // A one-element all-reduce: nobody leaves before everybody arrived.
       TPX_NCCL_RETURN_IF_ERROR(call(ncclAllReduce(barrier_word, barrier_word, 1, ncclFloat32,

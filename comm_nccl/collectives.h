@@ -3,7 +3,8 @@
 // (uniform all-gather / reduce-scatter), it is used; the v-variants become a
 // group of broadcasts / reduces, and gather, scatter and all-to-all a group
 // of ncclSend/ncclRecv (NCCL's own gather/scatter/all-to-all need uniform
-// counts, which a non-root rank cannot see).
+// counts, which a non-root rank cannot see). SEND/RECV are not collectives:
+// they go through the communicator's point-to-point channels (p2p.cc).
 //
 //   Operands ops = OperandsOf(args, rank, size);   // which bytes are read/written
 //   ncclResult_t rc;

@@ -136,55 +136,7 @@ Status Communicator::InitDeviceState() {
   TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
   TPX_NCCL_RETURN_IF_ERROR(
       CudaCall(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset (barrier word)"));
-  TPX_NCCL_RETURN_IF_ERROR(ConnectPeers());
   watchdog_ = std::thread([this] { WatchdogLoop(); });
-  return Status();
-}
-
-Status Communicator::ConnectPeers() {
-  if (size_ == 1) return Status();
-  // NCCL connects point-to-point channels on a peer pair's first send/recv,
-  // which needs both sides inside NCCL at once. Done lazily, a post could
-  // block until its peer posts, and posts that wait on each other in a cycle
-  // (every rank sends to its right neighbour, then receives) would deadlock.
-  // One grouped exchange with every peer here makes later posts only queue.
-  const std::string what = "nccl comm_create '" + name_ + "': connecting peers";
-  void* scratch = nullptr;
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&scratch, size_ * sizeof(float)), what));
-  ncclResult_t rc = ncclGroupStart();
-  for (int peer = 0; peer < size_ && rc == ncclSuccess; ++peer) {
-    if (peer == rank_) continue;
-    rc = ncclSend(barrier_word_, 1, ncclFloat32, peer, comm_, stream_);
-    if (rc == ncclSuccess || rc == ncclInProgress) {
-      rc = ncclRecv(static_cast<float*>(scratch) + peer, 1, ncclFloat32, peer, comm_, stream_);
-    }
-    if (rc == ncclInProgress) rc = ncclSuccess;
-  }
-  ncclResult_t end = ncclGroupEnd();
-  Status s = NcclCall(rc != ncclSuccess ? rc : end, what, comm_);
-  if (s.ok() && end == ncclInProgress) s = AwaitNccl(comm_, what);
-  // Bounded wait for the exchange itself (a peer may be gone).
-  const Clock::time_point start = Clock::now();
-  while (s.ok()) {
-    cudaError_t q = cudaStreamQuery(stream_);
-    if (q == cudaSuccess) break;
-    if (q != cudaErrorNotReady) {
-      s = CudaCall(q, what);
-    } else if (ElapsedMs(start) > timeout_ms_) {
-      s = Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
-                        what + ": not done after " + std::to_string(timeout_ms_) + " ms");
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  }
-  if (!s.ok()) {
-    // The stream may still reference scratch: abort first, then leak it.
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
-    aborted_ = true;
-    return s;
-  }
-  cudaFree(scratch);
   return Status();
 }
 
@@ -531,9 +483,18 @@ Status Communicator::Wait(OpState& op, int64_t timeout_ms) {
 }
 
 Status Communicator::StreamWait(OpState& op, cudaStream_t stream) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (op.done) return op.status;
+  std::unique_lock<std::mutex> lock(mu_);
   DeviceGuard device(device_);
+  // A point-to-point op whose channel is still being set up has no event on
+  // a stream yet: wait (bounded by the watchdog's timeout) until it has.
+  while (!op.issued && !op.done) {
+    ProgressAllChannelsLocked();
+    if (op.issued || op.done) break;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    lock.lock();
+  }
+  if (op.done) return op.status;
   return CudaCall(cudaStreamWaitEvent(stream, op.done_event, 0), op.what + ": stream_wait");
 }
 

@@ -4,6 +4,9 @@
 // caller's stream (an event recorded there); each ends with an event that
 // test/wait poll (cudaEventQuery) and stream_wait hands to another stream.
 // Host-memory operands are staged through device memory (staging.h).
+// SEND/RECV use one two-rank NCCL communicator per (direction, peer, tag),
+// made on first use and progressed without blocking the post: NCCL itself
+// matches messages per peer in call order and has no tags.
 // A watchdog thread turns NCCL asynchronous errors and operations older than
 // the communicator timeout into ncclCommAbort plus an error on every pending
 // operation; later posts fail fast with the same reason.
@@ -118,8 +121,6 @@ class Communicator {
  private:
   Communicator(const tpx_comm_config_v1_t& config, int device);
   Status InitDeviceState();
-  // Connects point-to-point channels to every peer up front.
-  Status ConnectPeers();
   // Waits for a non-blocking NCCL call to leave ncclInProgress, up to the
   // communicator timeout. Called with mu_ held.
   Status AwaitNccl(ncclComm_t comm, const std::string& what);

@@ -9,6 +9,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/autograd/function.h"
@@ -54,27 +58,37 @@ struct LocalStats {
 };
 static_assert(sizeof(LocalStats) == 4 * sizeof(float));
 
-// Max, then sum of exp(x - m) and of (x - m) over x[0, n); n <= kChunk.
-template <typename T>
-inline void ChunkStats(const T* x, int64_t n, float* buf, float* chunk_max) {
-  float mx[kLanes];
-  for (int l = 0; l < kLanes; ++l) mx[l] = kNegInf;
+// Max of x[0, n).
+inline float MaxOf(const float* x, int64_t n) {
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) {
-      const float v = ToF32(x[i + l]);
-      buf[i + l] = v;
-      mx[l] = v > mx[l] ? v : mx[l];
-    }
+#if defined(__AVX2__)
+  // vmaxps directly: the compiler does not turn a float select into max
+  // (it would change which operand a NaN or -0 comes from).
+  __m256 m0 = _mm256_set1_ps(kNegInf), m1 = m0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
   }
-  for (; i < n; ++i) {
-    const float v = ToF32(x[i]);
-    buf[i] = v;
-    mx[0] = v > mx[0] ? v : mx[0];
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+  float m = lanes[0];
+  for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+#else
+  float m = kNegInf;
+#endif
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+// The chunk as f32: the logits themselves for f32, else converted into buf.
+template <typename T>
+inline const float* ChunkAsF32(const T* x, int64_t n, float* buf) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = x[i].ToFloat();
+    return buf;
   }
-  float m = mx[0];
-  for (int l = 1; l < kLanes; ++l) m = mx[l] > m ? mx[l] : m;
-  *chunk_max = m;
 }
 
 inline void SumExpShifted(const float* buf, int64_t n, float m, float* sum_exp, float* sum_d) {
@@ -110,8 +124,8 @@ LocalStats RowStats(const T* x, int64_t v, int64_t local_target) {
   int64_t seen = 0;
   for (int64_t c = 0; c < v; c += kChunk) {
     const int64_t n = std::min(kChunk, v - c);
-    float cm;
-    ChunkStats(x + c, n, buf, &cm);
+    const float* xc = ChunkAsF32(x + c, n, buf);
+    const float cm = MaxOf(xc, n);
     if (cm > m) {
       if (seen > 0) {
         s *= cpu::Exp(m - cm);
@@ -119,7 +133,7 @@ LocalStats RowStats(const T* x, int64_t v, int64_t local_target) {
       }
       m = cm;
     }
-    if (m != kNegInf) SumExpShifted(buf, n, m, &s, &sd);
+    if (m != kNegInf) SumExpShifted(xc, n, m, &s, &sd);
     seen += n;
   }
   const float t = local_target >= 0 ? ToF32(x[local_target]) : 0.f;

@@ -6,6 +6,7 @@
 //
 // One 4-rank job runs all configurations: sub-communicators from
 // world.Split give the 1- and 2-rank jobs.
+#include <cstdlib>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ TrainOptions TinyOptions(int tp, bool sp, bool recompute, double dropout) {
 }
 
 TEST(GptTpInvariance, SameLossesAtTp1Tp2Tp4WithSequenceParallelAndRecompute) {
+  // One GEMM thread per rank: 4 ranks share 2 cores.
+  setenv("TPX_NUM_THREADS", "1", 0);
   testing::RunOptions options;
   options.comm_timeout = absl::Seconds(200);
   options.deadline = absl::Seconds(240);

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tpx::gpt {
@@ -48,6 +50,8 @@ int RunLocalRanks(int nproc, const std::function<int()>& rank_main) {
     std::fprintf(stderr, "RunLocalRanks: no free loopback port for the rendezvous store\n");
     return 1;
   }
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const int threads_per_rank = std::max(1, cores / nproc);
   std::fflush(nullptr);
   std::vector<pid_t> children;
   for (int r = 0; r < nproc; ++r) {
@@ -65,6 +69,9 @@ int RunLocalRanks(int nproc, const std::function<int()>& rank_main) {
       setenv("TPX_STORE_ADDR", "127.0.0.1", 1);
       setenv("TPX_STORE_PORT", std::to_string(port).c_str(), 1);
       setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only; keep a user's choice
+      // Share the cores between the ranks: oversubscribed GEMM thread teams
+      // spin against each other and run several times slower.
+      setenv("TPX_NUM_THREADS", std::to_string(threads_per_rank).c_str(), 0);
       const int code = rank_main();
       std::fflush(nullptr);
       _exit(code);

@@ -28,8 +28,7 @@ int64_t LinearIndex(const std::vector<int64_t>& shape, const std::vector<int64_t
 
 }  // namespace
 
-absl::StatusOr<DeviceMesh> DeviceMesh::Create(comm::Communicator& world,
-                                              std::vector<int64_t> shape,
+absl::StatusOr<DeviceMesh> DeviceMesh::Create(comm::Communicator& world, std::vector<int64_t> shape,
                                               std::vector<std::string> dim_names) {
   int64_t total = 1;
   for (int64_t s : shape) {
@@ -41,10 +40,10 @@ absl::StatusOr<DeviceMesh> DeviceMesh::Create(comm::Communicator& world,
     total *= s;
   }
   if (shape.empty() || total != world.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeviceMesh::Create: mesh shape ", ShapeString(shape), " holds ", total,
-        " ranks but communicator '", world.name(), "' has ", world.size(), " (on rank ",
-        world.rank(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceMesh::Create: mesh shape ", ShapeString(shape), " holds ", total,
+                     " ranks but communicator '", world.name(), "' has ", world.size(),
+                     " (on rank ", world.rank(), ")"));
   }
   if (dim_names.empty()) {
     for (size_t i = 0; i < shape.size(); ++i) dim_names.push_back(absl::StrCat("dim", i));
@@ -125,8 +124,8 @@ absl::StatusOr<DeviceMesh> DeviceMesh::SubMesh(absl::string_view name) const {
 
 absl::StatusOr<DeviceMesh> DeviceMesh::SubMesh(int64_t mesh_dim) const {
   if (mesh_dim < 0 || mesh_dim >= ndim()) {
-    return absl::InvalidArgumentError(absl::StrCat("DeviceMesh::SubMesh: mesh dim ", mesh_dim,
-                                                   " of a ", ndim(), "-d mesh"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceMesh::SubMesh: mesh dim ", mesh_dim, " of a ", ndim(), "-d mesh"));
   }
   return SubMeshOfDims({mesh_dim});
 }
@@ -156,8 +155,8 @@ DeviceMesh DeviceMesh::SubMeshOfDims(const std::vector<int64_t>& mesh_dims) cons
 
 std::string DeviceMesh::ToString() const {
   return absl::StrCat("DeviceMesh(", state_->world_name, ", ", ShapeString(state_->shape), " (",
-                      absl::StrJoin(state_->names, ", "), "), ranks ",
-                      ShapeString(state_->ranks), ")");
+                      absl::StrJoin(state_->names, ", "), "), ranks ", ShapeString(state_->ranks),
+                      ")");
 }
 
 bool operator==(const DeviceMesh& a, const DeviceMesh& b) {

@@ -65,8 +65,8 @@ absl::StatusOr<DTensor> DTensor::FromLocal(Variable local, DeviceMesh mesh, Plac
   if (global_shape.has_value()) {
     shape = *global_shape;
     if (shape.size() != local_shape.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(where(), ": global shape ",
-                                                     ShapeString(shape), " has another rank"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": global shape ", ShapeString(shape), " has another rank"));
     }
   } else {
     // Innermost mesh dim first: summing local sizes over mesh dim i gives the
@@ -106,8 +106,8 @@ absl::StatusOr<DTensor> DTensor::Distribute(const Tensor& global, DeviceMesh mes
 }
 
 absl::StatusOr<RedistributePlan> DTensor::PlanRedistribute(Placements target) const {
-  auto plan = dtensor::PlanRedistribute(mesh_.position(), shape_, dtype(), placements_,
-                                        std::move(target));
+  auto plan =
+      dtensor::PlanRedistribute(mesh_.position(), shape_, dtype(), placements_, std::move(target));
   if (!plan.ok()) {
     return absl::Status(plan.status().code(), absl::StrCat("Redistribute of ", ToString(), ": ",
                                                            plan.status().message()));
@@ -118,9 +118,9 @@ absl::StatusOr<RedistributePlan> DTensor::PlanRedistribute(Placements target) co
 absl::StatusOr<DTensor> DTensor::Redistribute(Placements target) const {
   TPX_ASSIGN_OR_RETURN(RedistributePlan plan, PlanRedistribute(std::move(target)));
   Placements to = plan.to;
-  TPX_ASSIGN_OR_RETURN(Variable out,
-                       Apply(std::make_shared<RedistributeFunction>(mesh_, std::move(plan), shape_),
-                             {local_}));
+  TPX_ASSIGN_OR_RETURN(
+      Variable out,
+      Apply(std::make_shared<RedistributeFunction>(mesh_, std::move(plan), shape_), {local_}));
   return DTensor(std::move(out), mesh_, std::move(to), shape_);
 }
 

@@ -6,8 +6,8 @@
 //   TPX_ASSIGN_OR_RETURN(DTensor x, DTensor::Distribute(weight, mesh, {Shard(0)}));
 //   TPX_ASSIGN_OR_RETURN(DTensor y, x.Redistribute({Shard(1)}));     // one all_to_all
 //   TPX_ASSIGN_OR_RETURN(RedistributePlan plan, x.PlanRedistribute({Replicate()}));
-//   TPX_ASSIGN_OR_RETURN(Variable full, y.FullTensor());             // every rank: the whole tensor
-//   TPX_RETURN_IF_ERROR(Backward(loss));                              // gradients flow back
+//   TPX_ASSIGN_OR_RETURN(Variable full, y.FullTensor());    // the whole tensor, every rank
+//   TPX_RETURN_IF_ERROR(Backward(loss));                     // gradients flow back
 //
 // Redistribute is differentiable; its backward moves the gradient back with
 // the reference's rule (see redistribute_plan.h): the gradient of a local

@@ -62,7 +62,8 @@ Tensor Contribution(const Tensor& v, ReduceOp op, int64_t c, int64_t n) {
 Tensor MakeLocal(const Tensor& global, const Placements& p, const DeviceMesh& mesh) {
   Tensor t = Piece(global, p, mesh);
   for (int64_t i = mesh.ndim() - 1; i >= 0; --i) {
-    if (p[i].is_partial()) t = Contribution(t, p[i].reduce_op(), mesh.coordinate()[i], mesh.size(i));
+    if (p[i].is_partial())
+      t = Contribution(t, p[i].reduce_op(), mesh.coordinate()[i], mesh.size(i));
   }
   return t;
 }
@@ -81,10 +82,13 @@ Tensor ReducePartials(const Tensor& local, const Placements& p, const DeviceMesh
 
 // Forward and backward of every (src, dst) pair, plus Distribute/FromLocal
 // for every src, on one mesh and one global shape.
-void CheckAllPairs(const DeviceMesh& mesh, const std::vector<Placements>& lists,
-                   const Shape& shape) {
-  const Tensor global = IntegerTensor(shape, 1);
-  const Tensor grad = IntegerTensor(shape, 2);
+// bf16 runs check the forward with a tolerance (Replicate -> Partial(sum)
+// divides by the group size); gradients are exact in every dtype.
+void CheckAllPairs(const DeviceMesh& mesh, const std::vector<Placements>& lists, const Shape& shape,
+                   DType dtype = DType::kF32) {
+  const Tensor global = *IntegerTensor(shape, 1).To(dtype);
+  const Tensor grad = *IntegerTensor(shape, 2).To(dtype);
+  const double tol = dtype == DType::kF32 ? 1e-6 : 2e-2;
   for (const Placements& src : lists) {
     SCOPED_TRACE(absl::StrCat("shape ", ShapeString(shape), " src ", PlacementsString(src)));
     // Distribute: a differentiable cut of the global tensor.
@@ -93,7 +97,7 @@ void CheckAllPairs(const DeviceMesh& mesh, const std::vector<Placements>& lists,
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(d->shape(), shape);
     EXPECT_TRUE(TensorsClose(ReducePartials(d->ToLocal().value(), src, mesh),
-                             Piece(global, src, mesh), 1e-6, 1e-6));
+                             Piece(global, src, mesh), tol, tol));
     ASSERT_TRUE(Backward(d->ToLocal(), Piece(grad, PartialAsReplicate(src), mesh)).ok());
     EXPECT_TRUE(TensorsClose(whole.grad(), grad, 0, 0));
     // FromLocal infers the (uneven) global shape.
@@ -111,8 +115,9 @@ void CheckAllPairs(const DeviceMesh& mesh, const std::vector<Placements>& lists,
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(out->placements(), dst);
       EXPECT_EQ(out->ToLocal().shape(), LocalShape(shape, dst, mesh.position()));
+      EXPECT_EQ(out->dtype(), dtype);
       EXPECT_TRUE(TensorsClose(ReducePartials(out->ToLocal().value(), dst, mesh),
-                               Piece(global, dst, mesh), 1e-6, 1e-6));
+                               Piece(global, dst, mesh), tol, tol));
       // Gradients are laid out with Partial read as Replicate: the incoming
       // one is the output's piece of `grad`, the input's the input's piece.
       ASSERT_TRUE(Backward(out->ToLocal(), Piece(grad, PartialAsReplicate(dst), mesh)).ok());
@@ -162,6 +167,13 @@ std::vector<Placements> OneDimLists() {
           {Partial(ReduceOp::kMin)}};
 }
 
+// Every rank checks that the others issue the same collectives.
+testing::RunOptions DebugChecks() {
+  testing::RunOptions options;
+  options.debug_checks = true;
+  return options;
+}
+
 void RunOneDim(int n) {
   testing::RunOnRanks(n, [n](RankContext& ctx) {
     absl::StatusOr<DeviceMesh> mesh = DeviceMesh::Create(ctx.comm, {n});
@@ -169,9 +181,10 @@ void RunOneDim(int n) {
     std::vector<Shape> shapes = {{2 * n, n}, {n + 1, 2 * n + 1}};
     if (n > 1) shapes.push_back({n - 1, n + 1});  // a dim smaller than the mesh
     for (const Shape& shape : shapes) CheckAllPairs(*mesh, OneDimLists(), shape);
+    CheckAllPairs(*mesh, OneDimLists(), {n + 1, 2 * n + 1}, DType::kBF16);
     CheckAllToAll(*mesh, {2 * n + 1, n + 2}, {Shard(0)}, {Shard(1)}, {Replicate()});
     CheckAllToAll(*mesh, {n + 2, 3, 2 * n - 1}, {Shard(2)}, {Shard(0)}, {Replicate()});
-  });
+  }, DebugChecks());
 }
 
 TEST(DTensorOneDimMesh, AllPlacementPairsOn1Rank) { RunOneDim(1); }
@@ -255,7 +268,7 @@ TEST(DTensorTwoByTwoMesh, MeshAllPlacementPairsAndErrors) {
                   {Shard(0), Replicate()});
     CheckAllToAll(*mesh, {5, 3, 7, 2}, {Shard(0), Shard(2)}, {Shard(1), Shard(3)},
                   {Replicate(), Replicate()});
-  });
+  }, DebugChecks());
 }
 
 }  // namespace

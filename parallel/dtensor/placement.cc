@@ -44,9 +44,9 @@ std::string PlacementsString(absl::Span<const Placement> placements) {
 
 absl::Status ValidatePlacements(Placements& placements, int64_t mesh_ndim, int64_t tensor_rank) {
   if (static_cast<int64_t>(placements.size()) != mesh_ndim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("placements ", PlacementsString(placements), " have ", placements.size(),
-                     " entries but the mesh has ", mesh_ndim, " dims (one placement per mesh dim)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placements ", PlacementsString(placements), " have ", placements.size(),
+        " entries but the mesh has ", mesh_ndim, " dims (one placement per mesh dim)"));
   }
   for (size_t i = 0; i < placements.size(); ++i) {
     Placement& p = placements[i];
@@ -60,11 +60,11 @@ absl::Status ValidatePlacements(Placements& placements, int64_t mesh_ndim, int64
       if (d < 0) p = Shard(d + tensor_rank);
     } else if (p.is_partial()) {
       const comm::ReduceOp op = p.reduce_op();
-      if (op != comm::ReduceOp::kSum && op != comm::ReduceOp::kAvg &&
-          op != comm::ReduceOp::kMax && op != comm::ReduceOp::kMin) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("placement ", p.ToString(), " on mesh dim ", i,
-                         ": Partial supports sum, avg, max and min"));
+      if (op != comm::ReduceOp::kSum && op != comm::ReduceOp::kAvg && op != comm::ReduceOp::kMax &&
+          op != comm::ReduceOp::kMin) {
+        return absl::InvalidArgumentError(absl::StrCat("placement ", p.ToString(), " on mesh dim ",
+                                                       i,
+                                                       ": Partial supports sum, avg, max and min"));
       }
     }
   }

@@ -14,8 +14,7 @@ namespace {
 
 // The shapes of every group member's piece: `shape` with dim's extent
 // replaced by each of `sizes`.
-std::vector<Shape> PieceShapes(const Shape& shape, int64_t dim,
-                               const std::vector<int64_t>& sizes) {
+std::vector<Shape> PieceShapes(const Shape& shape, int64_t dim, const std::vector<int64_t>& sizes) {
   std::vector<Shape> out;
   for (int64_t s : sizes) out.push_back(parallel::WithExtent(shape, dim, s));
   return out;
@@ -84,11 +83,12 @@ absl::StatusOr<Tensor> ExecuteRedistributePlan(const Tensor& local, const Redist
                                                      step.mesh_dim, " on ", mesh.ToString()));
     }
     if (current.shape() != step.input_shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "redistribute ", PlacementsString(plan.from), " -> ", PlacementsString(plan.to),
-          " at coordinate ", ShapeString(mesh.coordinate()), " of ", mesh.ToString(), ": ",
-          StepKindName(step.kind), " on mesh dim ", step.mesh_dim, " expects a local tensor of shape ",
-          ShapeString(step.input_shape), ", got ", current.ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("redistribute ", PlacementsString(plan.from), " -> ",
+                       PlacementsString(plan.to), " at coordinate ", ShapeString(mesh.coordinate()),
+                       " of ", mesh.ToString(), ": ", StepKindName(step.kind), " on mesh dim ",
+                       step.mesh_dim, " expects a local tensor of shape ",
+                       ShapeString(step.input_shape), ", got ", current.ToString()));
     }
     comm::Communicator& group = mesh.group(step.mesh_dim);
     auto result = RunStep(current, step, group);

@@ -80,7 +80,6 @@ int64_t OrderKey(const Transition& t) {
   return 0;
 }
 
-
 }  // namespace
 
 const char* StepKindName(StepKind kind) {
@@ -106,9 +105,9 @@ bool IsCollective(StepKind kind) {
 }
 
 std::string RedistributeStep::ToString() const {
-  std::string s = absl::StrCat(StepKindName(kind), " on mesh dim ", mesh_dim, ": ",
-                               from.ToString(), " -> ", to.ToString(), ", ",
-                               ShapeString(input_shape), " -> ", ShapeString(output_shape));
+  std::string s = absl::StrCat(StepKindName(kind), " on mesh dim ", mesh_dim, ": ", from.ToString(),
+                               " -> ", to.ToString(), ", ", ShapeString(input_shape), " -> ",
+                               ShapeString(output_shape));
   if (IsCollective(kind)) {
     absl::StrAppend(&s, ", send ", comm::FormatBytes(send_bytes), ", recv ",
                     comm::FormatBytes(recv_bytes));
@@ -147,16 +146,16 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const MeshPosition& position,
                                                   Placements target) {
   const int64_t ndim = static_cast<int64_t>(position.shape.size());
   if (static_cast<int64_t>(position.coordinate.size()) != ndim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "PlanRedistribute: mesh shape ", ShapeString(position.shape), " and coordinate ",
-        ShapeString(position.coordinate), " differ in rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("PlanRedistribute: mesh shape ", ShapeString(position.shape),
+                     " and coordinate ", ShapeString(position.coordinate), " differ in rank"));
   }
   for (int64_t i = 0; i < ndim; ++i) {
     if (position.shape[i] < 1 || position.coordinate[i] < 0 ||
         position.coordinate[i] >= position.shape[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "PlanRedistribute: coordinate ", ShapeString(position.coordinate),
-          " is outside mesh shape ", ShapeString(position.shape)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("PlanRedistribute: coordinate ", ShapeString(position.coordinate),
+                       " is outside mesh shape ", ShapeString(position.shape)));
     }
   }
   const int64_t rank = static_cast<int64_t>(global_shape.size());
@@ -164,10 +163,9 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const MeshPosition& position,
   TPX_RETURN_IF_ERROR(ValidatePlacements(target, ndim, rank));
 
   std::vector<Transition> transitions = Decompose(current, target);
-  std::stable_sort(transitions.begin(), transitions.end(),
-                   [](const Transition& a, const Transition& b) {
-                     return OrderKey(a) < OrderKey(b);
-                   });
+  std::stable_sort(
+      transitions.begin(), transitions.end(),
+      [](const Transition& a, const Transition& b) { return OrderKey(a) < OrderKey(b); });
 
   RedistributePlan plan;
   plan.from = current;
@@ -237,10 +235,9 @@ absl::StatusOr<RedistributePlan> PlanRedistribute(const MeshPosition& position,
     plan.steps.push_back(std::move(step));
   }
   if (state != target || local != LocalShape(global_shape, target, position)) {
-    return absl::InternalError(absl::StrCat("PlanRedistribute ", PlacementsString(current), " -> ",
-                                            PlacementsString(target), " ended at ",
-                                            PlacementsString(state), " with local shape ",
-                                            ShapeString(local)));
+    return absl::InternalError(absl::StrCat(
+        "PlanRedistribute ", PlacementsString(current), " -> ", PlacementsString(target),
+        " ended at ", PlacementsString(state), " with local shape ", ShapeString(local)));
   }
   return plan;
 }

@@ -15,9 +15,7 @@ using comm::ReduceOp;
 struct StepSummary {
   StepKind kind;
   int64_t mesh_dim;
-  bool operator==(const StepSummary& o) const {
-    return kind == o.kind && mesh_dim == o.mesh_dim;
-  }
+  bool operator==(const StepSummary& o) const { return kind == o.kind && mesh_dim == o.mesh_dim; }
 };
 
 std::vector<StepSummary> Summary(const RedistributePlan& plan) {
@@ -114,8 +112,7 @@ TEST(PlanRedistribute, ShardToShardIsOneAllToAllPerMeshDim) {
   EXPECT_EQ(Summary(Plan(pos, {5, 6}, {Replicate(), Shard(0)}, {Replicate(), Shard(1)})),
             (std::vector<StepSummary>{{StepKind::kAllToAll, 1}}));
   // Both mesh dims change their shard dim, each on tensor dims no other mesh dim cuts.
-  RedistributePlan both =
-      Plan(pos, {5, 6, 7}, {Shard(0), Shard(2)}, {Shard(1), Shard(0)});
+  RedistributePlan both = Plan(pos, {5, 6, 7}, {Shard(0), Shard(2)}, {Shard(1), Shard(0)});
   EXPECT_EQ(both.Count(StepKind::kAllToAll), 0);  // mesh dim 1's target cuts dim 0: via R
   RedistributePlan both_ok = Plan(pos, {5, 6, 7, 3}, {Shard(0), Shard(2)}, {Shard(1), Shard(3)});
   EXPECT_EQ(both_ok.Count(StepKind::kAllToAll, 0), 1);
@@ -138,9 +135,9 @@ TEST(PlanRedistribute, DecomposesViaReplicateInReplicateThenShardOrder) {
   // Mis-aligned repeated shard: mesh dim 1's S(0) is a sub-piece before and
   // the first cut after.
   RedistributePlan mis = Plan(pos, {5, 6}, {Shard(0), Shard(0)}, {Replicate(), Shard(0)});
-  EXPECT_EQ(Summary(mis), (std::vector<StepSummary>{{StepKind::kAllGather, 1},
-                                                    {StepKind::kAllGather, 0},
-                                                    {StepKind::kLocalSlice, 1}}));
+  EXPECT_EQ(Summary(mis),
+            (std::vector<StepSummary>{
+                {StepKind::kAllGather, 1}, {StepKind::kAllGather, 0}, {StepKind::kLocalSlice, 1}}));
   EXPECT_EQ(mis.steps[0].gather_sizes, (std::vector<int64_t>{2, 1}));  // pieces of 3
   EXPECT_EQ(mis.steps[1].gather_sizes, (std::vector<int64_t>{3, 2}));
   EXPECT_EQ(mis.steps[2].split_sizes, (std::vector<int64_t>{3, 2}));
@@ -150,10 +147,10 @@ TEST(PlanRedistribute, DecomposesViaReplicateInReplicateThenShardOrder) {
             (std::vector<StepSummary>{{StepKind::kAllGather, 1}}));
   EXPECT_EQ(Summary(Plan(pos, {5, 6}, {Replicate(), Replicate()}, {Shard(0), Shard(0)})),
             (std::vector<StepSummary>{{StepKind::kLocalSlice, 0}, {StepKind::kLocalSlice, 1}}));
-  EXPECT_EQ(Summary(Plan(pos, {5, 6}, {Replicate(), Shard(0)}, {Shard(0), Shard(0)})),
-            (std::vector<StepSummary>{{StepKind::kAllGather, 1},
-                                      {StepKind::kLocalSlice, 0},
-                                      {StepKind::kLocalSlice, 1}}));
+  EXPECT_EQ(
+      Summary(Plan(pos, {5, 6}, {Replicate(), Shard(0)}, {Shard(0), Shard(0)})),
+      (std::vector<StepSummary>{
+          {StepKind::kAllGather, 1}, {StepKind::kLocalSlice, 0}, {StepKind::kLocalSlice, 1}}));
 }
 
 TEST(PlanRedistribute, ErrorsNameThePlacements) {
@@ -177,15 +174,15 @@ TEST(BackwardRule, PartialInputsGetReplicateGradients) {
   // Forward Partial -> Shard is a reduce_scatter; its backward only gathers
   // (no Replicate -> Partial division).
   const Placements grad_of_shard = PartialAsReplicate({Shard(0)});
-  RedistributePlan back = Plan(pos, {8, 2}, grad_of_shard,
-                               BackwardTargetPlacements(grad_of_shard, {Partial()}));
+  RedistributePlan back =
+      Plan(pos, {8, 2}, grad_of_shard, BackwardTargetPlacements(grad_of_shard, {Partial()}));
   EXPECT_EQ(Summary(back), (std::vector<StepSummary>{{StepKind::kAllGather, 0}}));
   // Forward Replicate -> Partial divides; its backward does nothing.
   const Placements grad_of_partial = PartialAsReplicate({Partial()});
   EXPECT_EQ(grad_of_partial, (Placements{Replicate()}));
-  EXPECT_TRUE(Plan(pos, {8, 2}, grad_of_partial,
-                   BackwardTargetPlacements(grad_of_partial, {Replicate()}))
-                  .steps.empty());
+  EXPECT_TRUE(
+      Plan(pos, {8, 2}, grad_of_partial, BackwardTargetPlacements(grad_of_partial, {Replicate()}))
+          .steps.empty());
 }
 
 TEST(PlanRedistribute, ToStringListsTheSteps) {
