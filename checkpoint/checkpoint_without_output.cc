@@ -97,7 +97,9 @@ class CheckpointWithoutOutputFn final : public Function {
     if (!roots.empty()) TPX_RETURN_IF_ERROR(tpx::Backward(roots, root_grads));
     std::vector<Tensor> input_grads(num_inputs());
     for (size_t i = 0; i < state_->leaves.size(); ++i) {
-      if (state_->leaves[i].defined()) input_grads[i] = state_->leaves[i].grad();
+      if (state_->leaves[i].defined() && needs_input_grad(i)) {
+        input_grads[i] = state_->leaves[i].grad();
+      }
     }
     return input_grads;
   }
@@ -147,17 +149,17 @@ absl::Status CheckpointWithoutOutput::DiscardOutputAndRegisterRecompute(
   }
   if (!hook_tensor.requires_grad()) return absl::OkStatus();
   std::weak_ptr<State> weak = state_;
-  const size_t n = state_->inputs.size();
+  // The hook cannot see which inputs need a gradient: it records the graph
+  // for every floating input; the Function's Backward returns only the wanted.
+  std::vector<bool> needs;
+  for (const Tensor& t : state_->inputs) needs.push_back(t.defined() && IsFloatingPoint(t.dtype()));
   Variable hooked = hook_tensor;
-  hooked.RegisterHook([weak, n](const Tensor& g) -> absl::StatusOr<Tensor> {
-    if (auto s = weak.lock()) {
-      // Gradients are wanted for the inputs that require them; the block's
-      // Function decides that again in Backward, so ask for all here.
-      TPX_RETURN_IF_ERROR(s->Recompute(std::vector<bool>(n, true)));
-    }
-    return g;
-  });
-  return absl::OkStatus();
+  absl::StatusOr<HookId> id =
+      hooked.RegisterHook([weak, needs](const Tensor& g) -> absl::StatusOr<Tensor> {
+        if (auto s = weak.lock()) TPX_RETURN_IF_ERROR(s->Recompute(needs));
+        return g;
+      });
+  return id.status();
 }
 
 }  // namespace tpx::checkpoint

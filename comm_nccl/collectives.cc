@@ -116,18 +116,18 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
   switch (a.kind) {
     case TPX_COLL_GATHER_V:
       if (rank == a.peer) {
-        TPX_NCCL_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             SelfCopy(recv + a.recv_displs[rank] * es, send, a.count * es, stream));
       }
       break;
     case TPX_COLL_SCATTER_V:
       if (rank == a.peer) {
-        TPX_NCCL_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             SelfCopy(recv, send + a.send_displs[rank] * es, a.count * es, stream));
       }
       break;
     case TPX_COLL_ALL_TO_ALL_V:
-      TPX_NCCL_RETURN_IF_ERROR(SelfCopy(recv + a.recv_displs[rank] * es,
+      TPX_PLUGIN_RETURN_IF_ERROR(SelfCopy(recv + a.recv_displs[rank] * es,
                                         send + a.send_displs[rank] * es,
                                         a.recv_counts[rank] * es, stream));
       break;
@@ -136,7 +136,7 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
   }
 
   ncclResult_t rc = ncclGroupStart();
-  TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclGroupStart", comm));
+  TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclGroupStart", comm));
   auto call = [&](ncclResult_t r, const char* fn) -> Status {
     if (r == ncclSuccess || r == ncclInProgress) return Status();
     ncclGroupEnd();
@@ -144,29 +144,29 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
   };
   switch (a.kind) {
     case TPX_COLL_ALL_REDUCE:
-      TPX_NCCL_RETURN_IF_ERROR(
+      TPX_PLUGIN_RETURN_IF_ERROR(
           call(ncclAllReduce(send, recv, a.count, type, op, comm, stream), "ncclAllReduce"));
       break;
     case TPX_COLL_BROADCAST:
-      TPX_NCCL_RETURN_IF_ERROR(
+      TPX_PLUGIN_RETURN_IF_ERROR(
           call(ncclBroadcast(recv, recv, a.count, type, a.peer, comm, stream), "ncclBroadcast"));
       break;
     case TPX_COLL_REDUCE:
       // recvbuff is only read at the root; elsewhere pass send (never null).
-      TPX_NCCL_RETURN_IF_ERROR(call(ncclReduce(send, rank == a.peer ? recv : const_cast<char*>(send),
+      TPX_PLUGIN_RETURN_IF_ERROR(call(ncclReduce(send, rank == a.peer ? recv : const_cast<char*>(send),
                                                a.count, type, op, a.peer, comm, stream),
                                     "ncclReduce"));
       break;
     case TPX_COLL_ALL_GATHER_V:
       if (IsUniform(a.recv_counts, a.recv_displs, size)) {
         // In place when send == recv + rank*count, which NCCL detects.
-        TPX_NCCL_RETURN_IF_ERROR(call(
+        TPX_PLUGIN_RETURN_IF_ERROR(call(
             ncclAllGather(send, recv, a.recv_counts[0], type, comm, stream), "ncclAllGather"));
       } else {
         for (int r = 0; r < size; ++r) {
           if (a.recv_counts[r] == 0) continue;
           char* block = recv + a.recv_displs[r] * es;
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclBroadcast(r == rank ? send : block, block,
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclBroadcast(r == rank ? send : block, block,
                                                       a.recv_counts[r], type, r, comm, stream),
                                         "ncclBroadcast"));
         }
@@ -174,14 +174,14 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       break;
     case TPX_COLL_REDUCE_SCATTER_V:
       if (IsUniform(a.send_counts, a.send_displs, size)) {
-        TPX_NCCL_RETURN_IF_ERROR(call(
+        TPX_PLUGIN_RETURN_IF_ERROR(call(
             ncclReduceScatter(send, recv, a.send_counts[0], type, op, comm, stream),
             "ncclReduceScatter"));
       } else {
         for (int r = 0; r < size; ++r) {
           if (a.send_counts[r] == 0) continue;
           const char* block = send + a.send_displs[r] * es;
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclReduce(block, r == rank ? recv : const_cast<char*>(block),
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclReduce(block, r == rank ? recv : const_cast<char*>(block),
                                                    a.send_counts[r], type, op, r, comm, stream),
                                         "ncclReduce"));
         }
@@ -191,12 +191,12 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       if (rank == a.peer) {
         for (int r = 0; r < size; ++r) {
           if (r == rank || a.recv_counts[r] == 0) continue;
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclRecv(recv + a.recv_displs[r] * es, a.recv_counts[r],
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclRecv(recv + a.recv_displs[r] * es, a.recv_counts[r],
                                                  type, r, comm, stream),
                                         "ncclRecv"));
         }
       } else if (a.count > 0) {
-        TPX_NCCL_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             call(ncclSend(send, a.count, type, a.peer, comm, stream), "ncclSend"));
       }
       break;
@@ -204,12 +204,12 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       if (rank == a.peer) {
         for (int r = 0; r < size; ++r) {
           if (r == rank || a.send_counts[r] == 0) continue;
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclSend(send + a.send_displs[r] * es, a.send_counts[r],
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclSend(send + a.send_displs[r] * es, a.send_counts[r],
                                                  type, r, comm, stream),
                                         "ncclSend"));
         }
       } else if (a.count > 0) {
-        TPX_NCCL_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             call(ncclRecv(recv, a.count, type, a.peer, comm, stream), "ncclRecv"));
       }
       break;
@@ -217,12 +217,12 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       for (int r = 0; r < size; ++r) {
         if (r == rank) continue;
         if (a.send_counts[r] > 0) {
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclSend(send + a.send_displs[r] * es, a.send_counts[r],
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclSend(send + a.send_displs[r] * es, a.send_counts[r],
                                                  type, r, comm, stream),
                                         "ncclSend"));
         }
         if (a.recv_counts[r] > 0) {
-          TPX_NCCL_RETURN_IF_ERROR(call(ncclRecv(recv + a.recv_displs[r] * es, a.recv_counts[r],
+          TPX_PLUGIN_RETURN_IF_ERROR(call(ncclRecv(recv + a.recv_displs[r] * es, a.recv_counts[r],
                                                  type, r, comm, stream),
                                         "ncclRecv"));
         }
@@ -235,7 +235,7 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
       return Status::Error(TPX_ERR_INTERNAL, what + ": not a collective");
     case TPX_COLL_BARRIER:
       // A one-element all-reduce: nobody leaves before everybody arrived.
-      TPX_NCCL_RETURN_IF_ERROR(call(ncclAllReduce(barrier_word, barrier_word, 1, ncclFloat32,
+      TPX_PLUGIN_RETURN_IF_ERROR(call(ncclAllReduce(barrier_word, barrier_word, 1, ncclFloat32,
                                                   ncclSum, comm, stream),
                                     "ncclAllReduce (barrier)"));
       break;

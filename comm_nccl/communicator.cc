@@ -27,7 +27,7 @@ Status ExchangeUniqueId(const tpx_comm_config_v1_t& config, ncclUniqueId* id) {
   const tpx_store_v1_t* store = config.store;
   tpx_error_t err{};
   if (config.rank == 0) {
-    TPX_NCCL_RETURN_IF_ERROR(NcclCall(ncclGetUniqueId(id), "ncclGetUniqueId"));
+    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(ncclGetUniqueId(id), "ncclGetUniqueId"));
     int rc = store->set(store->ctx, key.c_str(), id, sizeof(*id), &err);
     if (rc != TPX_OK) return Status::Error(rc, StoreError(rc, err, "publishing " + key));
     return Status();
@@ -128,13 +128,13 @@ Communicator::Communicator(const tpx_comm_config_v1_t& config, int device)
       store_(config.store) {}
 
 Status Communicator::InitDeviceState() {
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device_), "cudaSetDevice"));
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(
       cudaEventCreateWithFlags(&caller_ready_, cudaEventDisableTiming), "cudaEventCreate"));
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset (barrier word)"));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return Status();
@@ -160,20 +160,20 @@ Status Communicator::AwaitNccl(ncclComm_t comm, const std::string& what) {
 Status Communicator::Create(const tpx_comm_config_v1_t& config,
                             std::unique_ptr<Communicator>* out) {
   int device = 0;
-  TPX_NCCL_RETURN_IF_ERROR(PickDevice(config, &device));
+  TPX_PLUGIN_RETURN_IF_ERROR(PickDevice(config, &device));
   std::unique_ptr<Communicator> comm(new Communicator(config, device));
   // The creating thread keeps the communicator's device current: a rank
   // process then allocates its tensors on its own GPU by default.
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device), "cudaSetDevice"));
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaSetDevice(device), "cudaSetDevice"));
   ncclUniqueId id;
-  TPX_NCCL_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
+  TPX_PLUGIN_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
   ncclConfig_t nccl_config = NonBlockingConfig();
   const std::string what = "nccl comm_create '" + comm->name_ + "' (rank " +
                            std::to_string(config.rank) + " of " + std::to_string(config.size) +
                            ", device " + std::to_string(device) + ")";
   ncclResult_t rc =
       ncclCommInitRankConfig(&comm->comm_, config.size, id, config.rank, &nccl_config);
-  TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
+  TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
   {
     std::lock_guard<std::mutex> lock(comm->mu_);
     Status ready = comm->AwaitNccl(comm->comm_, what);
@@ -183,7 +183,7 @@ Status Communicator::Create(const tpx_comm_config_v1_t& config,
       return ready;
     }
   }
-  TPX_NCCL_RETURN_IF_ERROR(comm->InitDeviceState());
+  TPX_PLUGIN_RETURN_IF_ERROR(comm->InitDeviceState());
   *out = std::move(comm);
   return Status();
 }
@@ -192,7 +192,7 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
                            const tpx_comm_config_v1_t& config,
                            std::unique_ptr<Communicator>* out) {
   std::unique_ptr<Communicator> comm(new Communicator(config, parent.device_));
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(parent.device_), "cudaSetDevice"));
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaSetDevice(parent.device_), "cudaSetDevice"));
   const std::string what = "nccl comm_split '" + comm->name_ + "' (color " +
                            std::to_string(color) + ", rank " + std::to_string(config.rank) +
                            " of " + std::to_string(config.size) + ")";
@@ -209,18 +209,18 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
     (void)key;
     ncclResult_t rc =
         ncclCommSplit(parent.comm_, color, config.rank, &comm->comm_, &nccl_config);
-    TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommSplit", parent.comm_));
-    TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what));
-    if (comm->comm_ != nullptr) TPX_NCCL_RETURN_IF_ERROR(parent.AwaitNccl(comm->comm_, what));
+    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommSplit", parent.comm_));
+    TPX_PLUGIN_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what));
+    if (comm->comm_ != nullptr) TPX_PLUGIN_RETURN_IF_ERROR(parent.AwaitNccl(comm->comm_, what));
   } else {
     // Ranks with color < 0 do not take part in comm_split (host contract),
     // and ncclCommSplit would wait for them: build the child from a fresh
     // unique id among its members, exchanged under the child's own name.
     ncclUniqueId id;
-    TPX_NCCL_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
+    TPX_PLUGIN_RETURN_IF_ERROR(ExchangeUniqueId(config, &id));
     ncclResult_t rc =
         ncclCommInitRankConfig(&comm->comm_, config.size, id, config.rank, &nccl_config);
-    TPX_NCCL_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
+    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommInitRankConfig"));
     std::lock_guard<std::mutex> lock(comm->mu_);
     Status ready = comm->AwaitNccl(comm->comm_, what);
     if (!ready.ok()) {
@@ -232,7 +232,7 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
   if (comm->comm_ == nullptr) {
     return Status::Error(TPX_ERR_INTERNAL, what + ": NCCL returned no communicator");
   }
-  TPX_NCCL_RETURN_IF_ERROR(comm->InitDeviceState());
+  TPX_PLUGIN_RETURN_IF_ERROR(comm->InitDeviceState());
   *out = std::move(comm);
   return Status();
 }
@@ -315,8 +315,8 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
   // The operation starts after the caller's queued work (stream NULL: the
   // legacy default stream).
   cudaStream_t caller = static_cast<cudaStream_t>(args.stream);
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaEventRecord(caller_ready_, caller), "cudaEventRecord"));
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaEventRecord(caller_ready_, caller), "cudaEventRecord"));
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaStreamWaitEvent(stream_, caller_ready_, 0), "cudaStreamWaitEvent"));
 
   // Host operands: one device block per distinct host range. In-place
@@ -332,23 +332,23 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
     const char* lo = std::min<const char*>(send, recv);
     const char* hi = std::max<const char*>(send + operands.send_bytes, recv + operands.recv_bytes);
     char* block = nullptr;
-    TPX_NCCL_RETURN_IF_ERROR(stage_in(lo, hi - lo, &block));
+    TPX_PLUGIN_RETURN_IF_ERROR(stage_in(lo, hi - lo, &block));
     dev_send = block + (send - lo);
     dev_recv = block + (recv - lo);
     recv_block = dev_recv;
   } else {
     if (stage_send) {
       char* block = nullptr;
-      TPX_NCCL_RETURN_IF_ERROR(stage_in(send, operands.send_bytes, &block));
+      TPX_PLUGIN_RETURN_IF_ERROR(stage_in(send, operands.send_bytes, &block));
       dev_send = block;
     }
     if (stage_recv) {
       // BROADCAST reads recv at the root: copy it in as well.
       if (args.kind == TPX_COLL_BROADCAST && args.peer == rank_) {
-        TPX_NCCL_RETURN_IF_ERROR(stage_in(recv, operands.recv_bytes, &recv_block));
+        TPX_PLUGIN_RETURN_IF_ERROR(stage_in(recv, operands.recv_bytes, &recv_block));
       } else {
         StagingPool::Block device;
-        TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(operands.recv_bytes, &device));
+        TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquireDevice(operands.recv_bytes, &device));
         op.blocks.push_back(device);
         recv_block = static_cast<char*>(device.ptr);
       }
@@ -357,22 +357,22 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
   }
 
   ncclResult_t group_result = ncclSuccess;
-  TPX_NCCL_RETURN_IF_ERROR(EnqueueCollective(args, dev_send, dev_recv, rank_, size_, comm_,
+  TPX_PLUGIN_RETURN_IF_ERROR(EnqueueCollective(args, dev_send, dev_recv, rank_, size_, comm_,
                                              stream_, barrier_word_, &group_result));
-  if (group_result == ncclInProgress) TPX_NCCL_RETURN_IF_ERROR(AwaitNccl(comm_, op.what));
+  if (group_result == ncclInProgress) TPX_PLUGIN_RETURN_IF_ERROR(AwaitNccl(comm_, op.what));
 
   if (stage_recv) {
     StagingPool::Block pinned;
-    TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(operands.recv_bytes, &pinned));
+    TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquirePinned(operands.recv_bytes, &pinned));
     op.blocks.push_back(pinned);
-    TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaMemcpyAsync(pinned.ptr, recv_block, operands.recv_bytes,
+    TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaMemcpyAsync(pinned.ptr, recv_block, operands.recv_bytes,
                                                       cudaMemcpyDeviceToHost, stream_),
                                       "staging copy to host"));
     op.recv_host = recv;
     op.recv_pinned = pinned.ptr;
     op.recv_bytes = operands.recv_bytes;
   }
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaEventCreateWithFlags(&op.done_event, cudaEventDisableTiming),
                "cudaEventCreate"));
   return CudaCall(cudaEventRecord(op.done_event, stream_), "cudaEventRecord");
@@ -381,12 +381,12 @@ Status Communicator::EnqueueLocked(const tpx_coll_args_v1_t& args, OpState& op) 
 Status Communicator::StageInLocked(const char* host, size_t bytes, cudaStream_t stream,
                                    OpState& op, char** dev) {
   StagingPool::Block pinned, device;
-  TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
+  TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
   op.blocks.push_back(pinned);
-  TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
+  TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
   op.blocks.push_back(device);
   std::memcpy(pinned.ptr, host, bytes);
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaMemcpyAsync(device.ptr, pinned.ptr, bytes, cudaMemcpyHostToDevice, stream),
                "staging copy to device"));
   *dev = static_cast<char*>(device.ptr);

@@ -12,9 +12,9 @@
 // operation; later posts fail fast with the same reason.
 //
 //   std::unique_ptr<Communicator> comm;
-//   TPX_NCCL_RETURN_IF_ERROR(Communicator::Create(config, &comm));
+//   TPX_PLUGIN_RETURN_IF_ERROR(Communicator::Create(config, &comm));
 //   std::shared_ptr<OpState> op;
-//   TPX_NCCL_RETURN_IF_ERROR(comm->Post(args, &op));
+//   TPX_PLUGIN_RETURN_IF_ERROR(comm->Post(args, &op));
 //   Status s = comm->Wait(*op, /*timeout_ms=*/-1);
 #ifndef TPX_COMM_NCCL_COMMUNICATOR_H_
 #define TPX_COMM_NCCL_COMMUNICATOR_H_

@@ -31,20 +31,20 @@ Status Communicator::ChannelLocked(int peer, bool sending, int32_t tag, P2pChann
   const int src = sending ? rank_ : peer, dst = sending ? peer : rank_;
   channel->key = name_ + "/nccl/p2p/" + std::to_string(src) + "-" + std::to_string(dst) +
                  "/tag" + std::to_string(tag);
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(cudaStreamCreateWithFlags(&channel->stream, cudaStreamNonBlocking),
                "cudaStreamCreate (p2p channel " + channel->key + ")"));
   if (sending) {
     // The sending side makes the channel's id; the receiver polls for it.
     ncclUniqueId id;
-    TPX_NCCL_RETURN_IF_ERROR(NcclCall(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(ncclGetUniqueId(&id), "ncclGetUniqueId"));
     tpx_error_t err{};
     int rc = store_->set(store_->ctx, channel->key.c_str(), &id, sizeof(id), &err);
     if (rc != TPX_OK) {
       return Status::Error(rc, "publishing " + channel->key + ": " + err.message);
     }
     ncclConfig_t config = NonBlocking();
-    TPX_NCCL_RETURN_IF_ERROR(NcclCall(ncclCommInitRankConfig(&channel->comm, 2, id, 0, &config),
+    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(ncclCommInitRankConfig(&channel->comm, 2, id, 0, &config),
                                       "ncclCommInitRankConfig (" + channel->key + ")"));
     channel->state = P2pChannel::State::kConnecting;
   }
@@ -62,10 +62,10 @@ Status Communicator::PostP2pLocked(const tpx_coll_args_v1_t& args,
     return Status();
   }
   P2pChannel* channel = nullptr;
-  TPX_NCCL_RETURN_IF_ERROR(ChannelLocked(args.peer, sending, args.tag, &channel));
+  TPX_PLUGIN_RETURN_IF_ERROR(ChannelLocked(args.peer, sending, args.tag, &channel));
   cudaStream_t caller = static_cast<cudaStream_t>(args.stream);
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaEventRecord(caller_ready_, caller), "cudaEventRecord"));
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaStreamWaitEvent(channel->stream, caller_ready_, 0),
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaEventRecord(caller_ready_, caller), "cudaEventRecord"));
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaStreamWaitEvent(channel->stream, caller_ready_, 0),
                                     "cudaStreamWaitEvent"));
   P2pOp p2p;
   p2p.op = op;
@@ -74,16 +74,16 @@ Status Communicator::PostP2pLocked(const tpx_coll_args_v1_t& args,
     p2p.send = static_cast<const char*>(args.send);
     if (!IsDeviceAccessible(args.send)) {
       char* dev = nullptr;
-      TPX_NCCL_RETURN_IF_ERROR(StageInLocked(p2p.send, bytes, channel->stream, *op, &dev));
+      TPX_PLUGIN_RETURN_IF_ERROR(StageInLocked(p2p.send, bytes, channel->stream, *op, &dev));
       p2p.send = dev;
     }
   } else {
     p2p.recv = static_cast<char*>(args.recv);
     if (!IsDeviceAccessible(args.recv)) {
       StagingPool::Block device, pinned;
-      TPX_NCCL_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
+      TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquireDevice(bytes, &device));
       op->blocks.push_back(device);
-      TPX_NCCL_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
+      TPX_PLUGIN_RETURN_IF_ERROR(staging_.AcquirePinned(bytes, &pinned));
       op->blocks.push_back(pinned);
       p2p.recv = static_cast<char*>(device.ptr);
       p2p.recv_pinned = pinned.ptr;
@@ -92,7 +92,7 @@ Status Communicator::PostP2pLocked(const tpx_coll_args_v1_t& args,
       op->recv_bytes = bytes;
     }
   }
-  TPX_NCCL_RETURN_IF_ERROR(CudaCall(
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(
       cudaEventCreateWithFlags(&op->done_event, cudaEventDisableTiming), "cudaEventCreate"));
   op->issued = false;
   channel->queue.push_back(p2p);

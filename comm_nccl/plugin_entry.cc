@@ -23,12 +23,7 @@ struct tpx_request_s {
 namespace tpx::nccl {
 namespace {
 
-int Report(const Status& s, tpx_error_t* err) {
-  if (!s.ok() && err != nullptr) {
-    std::snprintf(err->message, sizeof(err->message), "%s", s.message().c_str());
-  }
-  return s.code();
-}
+int Report(const Status& s, tpx_error_t* err) { return plugin::ReportStatus(s, err); }
 
 int Init(tpx_error_t* err) {
   int count = 0;

@@ -34,7 +34,7 @@ Status StagingPool::Acquire(size_t bytes, bool pinned, Block* out) {
   void* ptr = nullptr;
   const std::string what = std::string(pinned ? "cudaMallocHost" : "cudaMalloc") + "(" +
                            std::to_string(rounded) + " bytes) for nccl staging";
-  TPX_NCCL_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       CudaCall(pinned ? cudaMallocHost(&ptr, rounded) : cudaMalloc(&ptr, rounded), what));
   *out = Block{ptr, rounded, pinned};
   return Status();

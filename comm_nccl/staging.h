@@ -7,7 +7,7 @@
 //
 //   StagingPool pool;
 //   StagingPool::Block dev;
-//   TPX_NCCL_RETURN_IF_ERROR(pool.AcquireDevice(bytes, &dev));
+//   TPX_PLUGIN_RETURN_IF_ERROR(pool.AcquireDevice(bytes, &dev));
 //   ...
 //   pool.Release(dev);
 #ifndef TPX_COMM_NCCL_STAGING_H_

@@ -1,9 +1,7 @@
-// The NCCL plugin's internal status: a plugin status code
-// (comm/plugin_abi.h) plus a message, and the checks that turn CUDA and NCCL
-// return codes into it. The plugin links neither Abseil nor the host, so it
-// keeps this minimal type; plugin_entry.cc copies it into tpx_error_t.
+// The NCCL plugin's status (the shared plugin status, comm/plugin_status.h)
+// and the checks that turn CUDA and NCCL return codes into it.
 //
-//   TPX_NCCL_RETURN_IF_ERROR(CudaCall(cudaSetDevice(1), "cudaSetDevice(1)"));
+//   TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaSetDevice(1), "cudaSetDevice(1)"));
 #ifndef TPX_COMM_NCCL_STATUS_H_
 #define TPX_COMM_NCCL_STATUS_H_
 
@@ -11,32 +9,12 @@
 #include <nccl.h>
 
 #include <string>
-#include <utility>
 
-#include "comm/plugin_abi.h"
+#include "comm/plugin_status.h"
 
 namespace tpx::nccl {
 
-class Status {
- public:
-  Status() = default;
-  static Status Error(int code, std::string message) { return Status(code, std::move(message)); }
-
-  bool ok() const { return code_ == TPX_OK; }
-  int code() const { return code_; }
-  const std::string& message() const { return message_; }
-
- private:
-  Status(int code, std::string message) : code_(code), message_(std::move(message)) {}
-  int code_ = TPX_OK;
-  std::string message_;
-};
-
-#define TPX_NCCL_RETURN_IF_ERROR(expr) \
-  do {                                 \
-    ::tpx::nccl::Status _st = (expr);  \
-    if (!_st.ok()) return _st;         \
-  } while (0)
+using Status = ::tpx::plugin::Status;
 
 // "what: cuda error <name>: <description>"; out-of-memory is UNAVAILABLE
 // (the caller may free memory and retry), everything else INTERNAL.

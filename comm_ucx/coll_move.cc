@@ -40,7 +40,7 @@ Status ChainBroadcast(OpIo& io, const CollArgs& a) {
     }
   }
   for (int64_t c = 0; c < chunks; ++c) {
-    if (vrank > 0) TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[c]));
+    if (vrank > 0) TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(recvs[c]));
     if (vrank < n - 1) io.Send(next, Sub(kPhaseA, c), At(a.recv, c * per_chunk, esz), length(c));
   }
   return io.WaitAll();
@@ -60,7 +60,7 @@ Status Broadcast(OpIo& io, const CollArgs& a) {
     int mask = 1;
     while (mask < n) {
       if (vrank & mask) {
-        TPX_UCX_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             io.Wait(io.Recv(RankMod(vrank - mask + root, n), Sub(kPhaseA, 0), a.recv, bytes)));
         break;
       }
@@ -84,7 +84,7 @@ Status Broadcast(OpIo& io, const CollArgs& a) {
   } else if (blocks.counts[r] > 0) {
     io.Recv(root, Sub(kPhaseA, 0), At(a.recv, blocks.displs[r], esz), blocks.counts[r] * esz);
   }
-  TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+  TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
   return RingAllGather(io, a.recv, esz, blocks, kPhaseB);
 }
 
@@ -188,7 +188,7 @@ Status Barrier(OpIo& io, const CollArgs&) {
   const int n = io.size(), r = io.rank();
   for (int dist = 1, round = 0; dist < n; dist <<= 1, ++round) {
     io.Send(RankMod(r + dist, n), Sub(kPhaseA, round), nullptr, 0);
-    TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(RankMod(r - dist, n), Sub(kPhaseA, round), nullptr, 0)));
+    TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(io.Recv(RankMod(r - dist, n), Sub(kPhaseA, round), nullptr, 0)));
   }
   return io.WaitAll();
 }

@@ -50,7 +50,7 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
       io.Send(r + 1, Sub(kPhaseA, 0), acc, bytes);
       vrank = -1;
     } else {
-      TPX_UCX_RETURN_IF_ERROR(io.Wait(io.Recv(r - 1, Sub(kPhaseA, 0), tmp, bytes)));
+      TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(io.Recv(r - 1, Sub(kPhaseA, 0), tmp, bytes)));
       ReduceAcc(a.dtype, a.op, acc, tmp, count);
       vrank = r / 2;
     }
@@ -64,7 +64,7 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
       const int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
       io.Recv(peer, Sub(kPhaseA, step), tmp, bytes);
       io.Send(peer, Sub(kPhaseA, step), acc, bytes);
-      TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+      TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
       ReduceAcc(a.dtype, a.op, acc, tmp, count);
     }
   }
@@ -72,7 +72,7 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
     if (r % 2 == 1) {
       io.Send(r - 1, Sub(kPhaseB, 0), acc, bytes);
     } else {
-      TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+      TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
       io.Recv(r + 1, Sub(kPhaseB, 0), acc, bytes);
     }
   }
@@ -88,7 +88,7 @@ bool UseTree(const CollArgs& a, int world) {
 }  // namespace
 
 Status AllReduce(OpIo& io, const CollArgs& a) {
-  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  TPX_PLUGIN_RETURN_IF_ERROR(RequireReducible(a));
   const int n = io.size(), r = io.rank();
   if (a.count == 0) return Status();
   const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
@@ -98,7 +98,7 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
   }
   if (UseTree(a, n)) {
     AccBuffer acc(io, a.dtype, a.send, a.recv, a.count);
-    TPX_UCX_RETURN_IF_ERROR(RecursiveDoubling(io, a, acc.data(), a.count));
+    TPX_PLUGIN_RETURN_IF_ERROR(RecursiveDoubling(io, a, acc.data(), a.count));
     FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
     return Status();
   }
@@ -106,7 +106,7 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
   // then all-gather the final values in the element type.
   const Blocks blocks = EvenBlocks(a.count, n);
   char* acc = asz == esz ? static_cast<char*>(a.recv) : io.scratch(Scratch::kAcc, a.count * asz);
-  TPX_UCX_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       RingReduceScatter(io, a.dtype, a.op, a.send, blocks.displs, acc, blocks, kPhaseA));
   FromAcc(a.dtype, a.op, n, acc + blocks.displs[r] * asz,
           static_cast<char*>(a.recv) + blocks.displs[r] * esz, blocks.counts[r]);
@@ -114,7 +114,7 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
 }
 
 Status Reduce(OpIo& io, const CollArgs& a) {
-  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  TPX_PLUGIN_RETURN_IF_ERROR(RequireReducible(a));
   const int n = io.size(), r = io.rank(), root = a.peer;
   if (a.count == 0) return Status();
   const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
@@ -134,19 +134,19 @@ Status Reduce(OpIo& io, const CollArgs& a) {
         break;
       }
       if (vrank + mask < n) {
-        TPX_UCX_RETURN_IF_ERROR(
+        TPX_PLUGIN_RETURN_IF_ERROR(
             io.Wait(io.Recv(RankMod(vrank + mask + root, n), Sub(kPhaseA, step), tmp, bytes)));
         ReduceAcc(a.dtype, a.op, acc.data(), tmp, a.count);
       }
     }
-    TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+    TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
     if (r == root) FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
     return Status();
   }
   const Blocks blocks = EvenBlocks(a.count, n);
   char* acc = (r == root && asz == esz) ? static_cast<char*>(a.recv)
                                         : io.scratch(Scratch::kAcc, a.count * asz);
-  TPX_UCX_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       RingReduceScatter(io, a.dtype, a.op, a.send, blocks.displs, acc, blocks, kPhaseA));
   const char* mine = acc + blocks.displs[r] * asz;
   if (r == root) {
@@ -167,7 +167,7 @@ Status Reduce(OpIo& io, const CollArgs& a) {
 }
 
 Status ReduceScatterV(OpIo& io, const CollArgs& a) {
-  TPX_UCX_RETURN_IF_ERROR(RequireReducible(a));
+  TPX_PLUGIN_RETURN_IF_ERROR(RequireReducible(a));
   const int n = io.size(), r = io.rank();
   const size_t asz = AccElementSize(a.dtype);
   const Blocks blocks = PackedBlocks(a.send_counts);
@@ -193,7 +193,7 @@ Status ReduceScatterV(OpIo& io, const CollArgs& a) {
                 blocks.counts[to] * esz);
       }
     }
-    TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+    TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
     char* acc = io.scratch(Scratch::kAcc, mine * asz);
     ToAcc(a.dtype, static_cast<const char*>(a.send) + a.send_displs[r] * esz, acc, mine);
     for (int slot = 0; slot < n - 1; ++slot) {
@@ -203,7 +203,7 @@ Status ReduceScatterV(OpIo& io, const CollArgs& a) {
     return Status();
   }
   char* acc = io.scratch(Scratch::kAcc, total * asz);
-  TPX_UCX_RETURN_IF_ERROR(
+  TPX_PLUGIN_RETURN_IF_ERROR(
       RingReduceScatter(io, a.dtype, a.op, a.send, a.send_displs, acc, blocks, kPhaseA));
   FromAcc(a.dtype, a.op, n, acc + blocks.displs[r] * asz, a.recv, blocks.counts[r]);
   return Status();

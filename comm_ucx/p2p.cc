@@ -136,7 +136,7 @@ Status OpIo::Wait(size_t index) {
       backoff.Reset();
       continue;
     }
-    TPX_UCX_RETURN_IF_ERROR(CheckHealth());
+    TPX_PLUGIN_RETURN_IF_ERROR(CheckHealth());
     backoff.Idle(worker_);
   }
   return Status();
@@ -144,7 +144,7 @@ Status OpIo::Wait(size_t index) {
 
 Status OpIo::WaitAll() {
   for (; first_incomplete_ < pending_.size(); ++first_incomplete_) {
-    TPX_UCX_RETURN_IF_ERROR(Wait(first_incomplete_));
+    TPX_PLUGIN_RETURN_IF_ERROR(Wait(first_incomplete_));
   }
   return error_;
 }
@@ -157,7 +157,7 @@ Status OpIo::Test(bool* done) {
     Pending& p = pending_[first_incomplete_];
     if (p.request == nullptr) continue;
     if (ucp_request_check_status(p.request) == UCS_INPROGRESS) return CheckHealth();
-    TPX_UCX_RETURN_IF_ERROR(Wait(first_incomplete_));  // completed: frees, reports errors
+    TPX_PLUGIN_RETURN_IF_ERROR(Wait(first_incomplete_));  // completed: frees, reports errors
   }
   *done = true;
   return Status();

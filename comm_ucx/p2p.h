@@ -4,8 +4,8 @@
 //   OpIo io(worker, scratch, "all_reduce", seq, deadline);
 //   size_t r = io.Recv(left, Sub(kPhaseRs, step, c), tmp, bytes);
 //   io.Send(right, Sub(kPhaseRs, step, c), data, bytes);
-//   TPX_UCX_RETURN_IF_ERROR(io.Wait(r));
-//   TPX_UCX_RETURN_IF_ERROR(io.WaitAll());
+//   TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(r));
+//   TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
 //
 // Tags: bit 63 = user send/recv; otherwise bits 40..62 the collective's
 // sequence number, 16..39 a sub-id (phase, step, chunk) and 0..15 the source

@@ -106,7 +106,7 @@ Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const 
     const int b = recv_block(s);
     const char* slot = tmp + (s % 2) * slot_elems * asz;
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
-      TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
+      TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
       const int64_t len = ch.Length(blocks.counts[b], c);
       char* dst = acc_block(b) + ch.Begin(c) * asz;
       ReduceInto(dtype, op, dst, in_block(b) + ch.Begin(c) * esz, slot + ch.Begin(c) * asz, len);
@@ -150,7 +150,7 @@ Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks
   for (int s = 0; s + 1 < n - 1; ++s) {
     const int b = RankMod(r - s - 1, n);
     for (int64_t c = 0; c < ch.Count(blocks.counts[b]); ++c) {
-      TPX_UCX_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
+      TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(recvs[s][c]));
       io.Send(right, Sub(phase, index(s + 1, c)), chunk_ptr(b, c),
               ch.Length(blocks.counts[b], c) * elem_size);
     }

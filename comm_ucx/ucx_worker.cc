@@ -140,14 +140,14 @@ Status GetContext(ucp_context_h* out) {
   static std::mutex mu;
   static ucp_context_h context = nullptr;
   std::lock_guard<std::mutex> lock(mu);
-  if (context == nullptr) TPX_UCX_RETURN_IF_ERROR(CreateContext(&context));
+  if (context == nullptr) TPX_PLUGIN_RETURN_IF_ERROR(CreateContext(&context));
   *out = context;
   return Status();
 }
 
 Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker>* out) {
   ucp_context_h context;
-  TPX_UCX_RETURN_IF_ERROR(GetContext(&context));
+  TPX_PLUGIN_RETURN_IF_ERROR(GetContext(&context));
   std::unique_ptr<Worker> w(new Worker(config.rank, config.size));
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -186,7 +186,7 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
     // i == 0 is this rank itself (UCX's loopback transport).
     int peer = (config.rank + i) % config.size;
     std::string blob, peer_host, peer_address;
-    TPX_UCX_RETURN_IF_ERROR(StoreGet(store, AddressKey(config, peer), config.timeout_ms, &blob));
+    TPX_PLUGIN_RETURN_IF_ERROR(StoreGet(store, AddressKey(config, peer), config.timeout_ms, &blob));
     PeerProcess& proc = w->peers_[peer];
     if (!DecodeIdentity(blob, &peer_host, &proc.pid, &proc.start_time, &peer_address)) {
       return Status::Error(TPX_ERR_INTERNAL, "malformed UCX address of rank " +

@@ -188,6 +188,25 @@ void ColumnBody(RankContext& ctx) {
     EXPECT_TRUE(TensorsClose(x2.grad(), partial, kTol, kTol));
     EXPECT_TRUE(TensorsClose(SumOverRanks(tp, x2.grad()), ref.dx, kTol, kTol));
   }
+  if (n > 1) {
+    // The dgrad collective is posted before the wgrad GEMM and waited after it.
+    for (bool sp : {false, true}) {
+      LinearBackwardTimeline tl;
+      ColumnParallelLinearOptions o;
+      o.sequence_parallel = sp;
+      o.timeline = &tl;
+      auto layer = ColumnParallelLinear::Create(tp, in, out, o);
+      ASSERT_TRUE(layer.ok());
+      Variable x(RandomTensor({sp ? T / n : T, in}, DType::kF32, 45), true);
+      auto y = layer->Forward(x);
+      ASSERT_TRUE(y.ok());
+      ASSERT_TRUE(Backward(y->output, RandomTensor({T, out / n}, DType::kF32, 46)).ok());
+      EXPECT_GT(tl.dgrad_comm_posted_ns, 0);
+      EXPECT_LE(tl.dgrad_comm_posted_ns, tl.wgrad_gemm_start_ns);
+      EXPECT_LE(tl.wgrad_gemm_start_ns, tl.wgrad_gemm_end_ns);
+      EXPECT_LE(tl.wgrad_gemm_end_ns, tl.dgrad_comm_waited_ns);
+    }
+  }
   if (n > 1 && (out / 5) * 5 != out) {
     EXPECT_FALSE(ColumnParallelLinear::Create(tp, in, 5, {}).ok());
   }

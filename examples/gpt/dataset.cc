@@ -46,7 +46,7 @@ double ByteDataset::UnigramEntropyNats() const {
 }
 
 absl::StatusOr<Batch> ByteDataset::SampleBatch(Split split, int64_t batch, int64_t seq_len,
-                                               uint64_t seed) const {
+                                               uint64_t seed, int64_t first_sequence) const {
   const std::string& text = split == Split::kTrain ? train_ : val_;
   if (batch < 1 || seq_len < 1 || static_cast<int64_t>(text.size()) < seq_len + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -55,10 +55,11 @@ absl::StatusOr<Batch> ByteDataset::SampleBatch(Split split, int64_t batch, int64
   }
   // mt19937_64's output sequence is fixed by the standard, so batches are the
   // same on every platform (distributions are not, hence the modulo).
-  std::mt19937_64 gen(seed * 0x9E3779B97F4A7C15ull + 12345);
   const uint64_t range = text.size() - static_cast<uint64_t>(seq_len);
   std::vector<int64_t> tokens(seq_len * batch), targets(seq_len * batch);
   for (int64_t b = 0; b < batch; ++b) {
+    std::mt19937_64 gen(seed * 0x9E3779B97F4A7C15ull +
+                        static_cast<uint64_t>(first_sequence + b) * 0xD1B54A32D192ED03ull + 12345);
     const uint64_t start = gen() % range;
     for (int64_t t = 0; t < seq_len; ++t) {
       tokens[t * batch + b] = static_cast<unsigned char>(text[start + t]);

@@ -42,10 +42,13 @@ class ByteDataset {
   // Entropy (nats per byte) of the training part's byte frequencies.
   double UnigramEntropyNats() const;
 
-  // `batch` windows of seq_len + 1 bytes at offsets drawn from `seed`.
+  // `batch` windows of seq_len + 1 bytes. Window j is sequence
+  // first_sequence + j of the global batch drawn from `seed`, so replicas
+  // that take consecutive pieces of one global batch see exactly the
+  // sequences one process with the whole batch would.
   // Error: the split is shorter than seq_len + 1.
-  absl::StatusOr<Batch> SampleBatch(Split split, int64_t batch, int64_t seq_len,
-                                    uint64_t seed) const;
+  absl::StatusOr<Batch> SampleBatch(Split split, int64_t batch, int64_t seq_len, uint64_t seed,
+                                    int64_t first_sequence = 0) const;
 
  private:
   ByteDataset(std::string train, std::string val) : train_(std::move(train)), val_(std::move(val)) {}

@@ -31,6 +31,14 @@ TEST(ByteDataset, SplitsEntropyAndShiftedTargets) {
   }
   auto again = d->SampleBatch(Split::kTrain, 3, 4, 9);
   EXPECT_EQ(again->tokens.ToVector<int64_t>(), tok);
+  // Replicas taking sequences [1, 3) of the same global batch see columns 1 and 2.
+  auto piece = d->SampleBatch(Split::kTrain, 2, 4, 9, /*first_sequence=*/1);
+  ASSERT_TRUE(piece.ok());
+  std::vector<int64_t> p = piece->tokens.ToVector<int64_t>();
+  for (int64_t t = 0; t < 4; ++t) {
+    EXPECT_EQ(p[t * 2 + 0], tok[t * 3 + 1]);
+    EXPECT_EQ(p[t * 2 + 1], tok[t * 3 + 2]);
+  }
   EXPECT_FALSE(d->SampleBatch(Split::kValidation, 1, 5, 0).ok());  // 5 bytes < 6
 }
 

@@ -18,10 +18,9 @@
 namespace tpx::gpt {
 namespace {
 
-// Distinct batches per (step, replica); validation draws from its own range.
-uint64_t BatchSeed(uint64_t seed, int64_t step, int dp_rank, int dp_size) {
-  return (seed << 32) ^ static_cast<uint64_t>(step * dp_size + dp_rank);
-}
+// The global batch of a step; replica r takes its sequences
+// [r * batch, (r + 1) * batch). Validation uses another seed range.
+uint64_t BatchSeed(uint64_t seed, int64_t step) { return (seed << 32) ^ static_cast<uint64_t>(step); }
 
 // Mean of a value over the data-parallel replicas.
 absl::StatusOr<double> AverageOver(comm::Communicator& dp, double v) {
@@ -38,8 +37,8 @@ absl::StatusOr<double> Evaluate(const GptModel& model, const ByteDataset& data,
   double sum = 0;
   for (int64_t i = 0; i < o.eval_batches; ++i) {
     TPX_ASSIGN_OR_RETURN(Batch b, data.SampleBatch(Split::kValidation, o.batch, o.model.seq_len,
-                                                   BatchSeed(o.model.seed + 7, i, dp.rank(),
-                                                             dp.size())));
+                                                   BatchSeed(o.model.seed + 7, i),
+                                                   dp.rank() * o.batch));
     TPX_ASSIGN_OR_RETURN(Variable loss, model.Loss(b.tokens, b.targets, /*training=*/false));
     sum += loss.value().Item();
   }
@@ -84,8 +83,8 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
   double eval_s = 0;  // excluded from the training throughput
   for (int64_t step = 0; step < o.steps; ++step) {
     TPX_ASSIGN_OR_RETURN(Batch b, data.SampleBatch(Split::kTrain, o.batch, o.model.seq_len,
-                                                   BatchSeed(o.model.seed, step, dp.rank(),
-                                                             dp.size())));
+                                                   BatchSeed(o.model.seed, step),
+                                                   dp.rank() * o.batch));
     TPX_ASSIGN_OR_RETURN(Variable loss, model->Loss(b.tokens, b.targets, /*training=*/true));
     TPX_RETURN_IF_ERROR(Backward(loss));
     TPX_RETURN_IF_ERROR(model->AllReduceSequenceParallelGrads());
