@@ -11,7 +11,7 @@
 // GEMM interval, whether the collective had completed when the GEMM ended,
 // and the collective's time alone.
 //
-//   bazel run -c opt //bench:tp_mlp -- [--steps=6] [--tokens=2048] [--hidden=1024]
+//   bazel run -c opt //bench:tp_mlp -- [--steps=6] [--tokens=2048] [--hidden=1024] [--only_tp=2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +34,7 @@
 ABSL_FLAG(int, steps, 6, "timed steps per configuration (after 2 warm-up steps)");
 ABSL_FLAG(int64_t, tokens, 2048, "tokens per step (seq 512 x batch 4)");
 ABSL_FLAG(int64_t, hidden, 1024, "hidden size h (ffn = 4h)");
+ABSL_FLAG(int, only_tp, 0, "run only the configurations with this TP size (0: all)");
 
 namespace tpx {
 namespace {
@@ -191,6 +192,7 @@ int main(int argc, char** argv) {
   options.comm_timeout = absl::Seconds(60);
   options.deadline = absl::Seconds(600);
   for (const Config& cfg : configs) {
+    if (absl::GetFlag(FLAGS_only_tp) != 0 && absl::GetFlag(FLAGS_only_tp) != cfg.tp) continue;
     std::vector<tpx::testing::RankOutcome> outcomes = tpx::testing::RunOnRanks(
         cfg.tp, [&cfg](tpx::testing::RankContext& ctx) { tpx::RunConfig(ctx.comm, cfg); },
         options);

@@ -1,11 +1,11 @@
 #include "layers/init.h"
 
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
+#include "rng/philox.h"
 
 namespace tpx::layers {
 
@@ -13,10 +13,11 @@ absl::Status FillNormal(const Tensor& t, uint64_t seed, double mean, double std)
   if (t.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("FillNormal: needs f32, got ", t.ToString()));
   }
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(std));
+  // Stream 0 of the seed; element i of the (master) tensor is draw i, so the
+  // values do not depend on how the tensor is later split.
   std::vector<float> values(static_cast<size_t>(t.numel()));
-  for (float& v : values) v = dist(gen);
+  rng::FillNormal(values.data(), t.numel(), seed, /*stream=*/0, /*first_index=*/0,
+                  static_cast<float>(mean), static_cast<float>(std));
   TPX_ASSIGN_OR_RETURN(Tensor src, Tensor::FromVector<float>(values, t.shape()));
   return t.CopyFrom(src);
 }

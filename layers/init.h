@@ -7,8 +7,9 @@
 //       {4 * h, h}, /*partition_dim=*/0, /*stride=*/1, tp.rank(), tp.size(),
 //       NormalInit(0.02), /*seed=*/1234, DType::kF32));
 //
-// Random numbers: a std::mt19937_64 stream per seed (FillNormal), kept in one
-// function so the generator can be swapped without touching the layers.
+// Random numbers: Philox4x32-10 (rng/philox.h), stream 0 of the seed, element
+// i of the master weight = draw i (FillNormal), so the same seed gives the same
+// master weight on every device and TP size.
 #ifndef TPX_LAYERS_INIT_H_
 #define TPX_LAYERS_INIT_H_
 
@@ -29,7 +30,8 @@ InitMethod NormalInit(double std);
 // All elements = value (useful in tests and for biases).
 InitMethod ConstantInit(double value);
 
-// Deterministic N(mean, std^2) fill of an f32 tensor (contiguous or not).
+// Deterministic N(mean, std^2) fill of an f32 tensor (contiguous or not):
+// element i (row-major) is Philox normal draw i of `seed`.
 absl::Status FillNormal(const Tensor& t, uint64_t seed, double mean, double std);
 
 // Initialises the f32 master weight of `master_shape` with init(seed),

@@ -207,6 +207,37 @@ void ColumnBody(RankContext& ctx) {
       EXPECT_LE(tl.wgrad_gemm_end_ns, tl.dgrad_comm_waited_ns);
     }
   }
+  {
+    // nanotron's modes on the bare linear function, uneven token split (7).
+    const int64_t T7 = 7;
+    const Sizes tokens = ops::SplitSizes(T7, n);
+    const Tensor X = RandomTensor({T7, in}, DType::kF32, 80);
+    const Tensor DY = RandomTensor({T7, out}, DType::kF32, 81);
+    Ref ref = Reference(X, W, B, DY);
+    for (TpMode mode : {TpMode::kAllReduce, TpMode::kReduceScatter}) {
+      for (bool regather : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << "mode " << static_cast<int>(mode) << " regather "
+                                          << regather);
+        const bool rs = mode == TpMode::kReduceScatter;
+        LinearCommOptions o;
+        o.tp = &tp;
+        o.mode = mode;
+        o.sequence_split_sizes = rs ? tokens : Sizes{};
+        o.regather_input_in_backward = regather;
+        Variable x(rs ? *parallel::PieceAlongDim(X, 0, tokens, r) : X, true);
+        Variable w(Piece(W, 0, n, r), true), b(Piece(B, 0, n, r), true);
+        auto y = LinearWithAsyncCommunication(x, w, b, o);
+        ASSERT_TRUE(y.ok()) << y.status();
+        EXPECT_TRUE(TensorsClose(y->value(), Piece(ref.y, 1, n, r), kTol, kTol));
+        ASSERT_TRUE(Backward(*y, Piece(DY, 1, n, r)).ok());
+        EXPECT_TRUE(TensorsClose(x.grad(), rs ? *parallel::PieceAlongDim(ref.dx, 0, tokens, r)
+                                              : ref.dx,
+                                 kTol, kTol));
+        EXPECT_TRUE(TensorsClose(w.grad(), Piece(ref.dw, 0, n, r), kTol, kTol));
+        EXPECT_TRUE(TensorsClose(b.grad(), Piece(ref.db, 0, n, r), kTol, kTol));
+      }
+    }
+  }
   if (n > 1 && (out / 5) * 5 != out) {
     EXPECT_FALSE(ColumnParallelLinear::Create(tp, in, 5, {}).ok());
   }

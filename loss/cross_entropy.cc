@@ -1,7 +1,10 @@
 #include "loss/cross_entropy.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -171,6 +174,20 @@ void ParallelFor(int64_t n, int threads, Fn&& fn) {
   for (auto& th : pool) th.join();
 }
 
+// The gradient buffer is as large as the logits and freshly mapped: with
+// 4 KiB pages its first write costs one page fault per 4 KiB, more than the
+// kernel itself. Transparent huge pages (where the system allows them on
+// request) cut that 512-fold. Only whole 2 MiB pages inside the buffer are
+// advised.
+void AdviseHugePages(void* data, size_t bytes) {
+#if defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / kHuge * kHuge;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#endif
+}
+
 std::string PositionString(const Shape& shape, int64_t flat) {
   std::vector<int64_t> idx(shape.size());
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
@@ -221,6 +238,7 @@ class VocabParallelCrossEntropyFn final : public Function {
     Tensor dx = logits;
     if (!opt_.in_place_grad) {
       TPX_ASSIGN_OR_RETURN(dx, Tensor::Empty(logits.shape(), logits.dtype()));
+      AdviseHugePages(dx.raw_data(), dx.nbytes());
     }
     const float* gp = g.data<float>();
     const float* lse = lse_.data<float>();
@@ -249,6 +267,7 @@ class VocabParallelCrossEntropyFn final : public Function {
  protected:
   void ReleaseSavedState() override {
     lse_ = Tensor();
+    target_ = Tensor();
     targets_.clear();
     targets_.shrink_to_fit();
   }

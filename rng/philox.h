@@ -127,13 +127,17 @@ inline void FillUniform(float* out, int64_t n, uint64_t seed, uint64_t stream,
 
 inline void FillNormal(float* out, int64_t n, uint64_t seed, uint64_t stream,
                        uint64_t first_index, float mean = 0.f, float stddev = 1.f) {
-  ForEachElementBlock(seed, stream, first_index, n,
-                      [&](uint64_t i, const Philox4x32& b, int lane) {
-                        const int pair = lane & ~1;
-                        float z0, z1;
-                        WordsToNormal(b.v[pair], b.v[pair + 1], &z0, &z1);
-                        out[i - first_index] = mean + stddev * ((lane & 1) ? z1 : z0);
-                      });
+  uint64_t i = first_index;
+  const uint64_t end = first_index + static_cast<uint64_t>(n);
+  while (i < end) {
+    const Philox4x32 b = PhiloxBlock(seed, stream, i / 4);
+    float z[4];
+    WordsToNormal(b.v[0], b.v[1], &z[0], &z[1]);
+    WordsToNormal(b.v[2], b.v[3], &z[2], &z[3]);
+    for (int lane = static_cast<int>(i % 4); lane < 4 && i < end; ++lane, ++i) {
+      out[i - first_index] = mean + stddev * z[lane];
+    }
+  }
 }
 
 }  // namespace tpx::rng

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
   }
   auto model = std::unique_ptr<GptModel>(new GptModel(tp, c));
   model->heads_per_rank_ = c.n_heads / tp_size;
-  model->first_head_ = 0;
+  model->first_head_ = model->heads_per_rank_ * tp.rank();
   const bool sp = c.sequence_parallel;
   // Every weight gets its own seed, derived from the model seed and its place
   // in the model, so layers are independent and TP-size invariant.
