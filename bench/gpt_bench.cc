@@ -4,7 +4,8 @@
 //
 //   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--d_model=128 ...]
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
-// steps, the first included; validation time is excluded.
+// steps, the first included; validation time is excluded. Each rank gets
+// cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "comm/init.h"
+#include "core/gemm.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/launch.h"
 #include "examples/gpt/trainer.h"
@@ -70,12 +72,13 @@ int MeasureRank(int tp) {
     std::printf(
         "{\"bench\":\"gpt\",\"tp\":%d,\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
-        "\"sequence_parallel\":%s,\"recompute\":%s}\n",
+        "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
         tp, r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
-        o.model.sequence_parallel ? "true" : "false", o.model.activation_checkpointing ? "true" : "false");
+        o.model.sequence_parallel ? "true" : "false", o.model.activation_checkpointing ? "true" : "false",
+        GemmThreads());
     std::fflush(stdout);
   }
   return 0;

@@ -1,5 +1,6 @@
 #include "examples/gpt/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 

@@ -30,7 +30,7 @@
 ABSL_FLAG(int, nproc, 2, "Ranks to start on this machine (ignored under a launcher).");
 ABSL_FLAG(int, tp, 2, "Tensor-parallel size (divides the world size; the rest is data-parallel).");
 ABSL_FLAG(std::string, backend, "", "Communication backend plugin (default: --tpx_comm_backend).");
-ABSL_FLAG(int64_t, steps, 300, "Optimizer steps.");
+ABSL_FLAG(int64_t, steps, 500, "Optimizer steps.");
 ABSL_FLAG(int64_t, batch, 16, "Sequences per step per data-parallel replica.");
 ABSL_FLAG(int64_t, seq_len, 128, "Context length in bytes.");
 ABSL_FLAG(int64_t, d_model, 128, "Hidden size.");
@@ -41,16 +41,16 @@ ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
 ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism in the LayerNorm/dropout regions.");
 ABSL_FLAG(bool, recompute, false, "Activation checkpointing: recompute every block in backward.");
 ABSL_FLAG(uint64_t, seed, 1234, "Seed of weights, dropout and batches.");
-ABSL_FLAG(double, lr, 3e-3, "Peak learning rate.");
+ABSL_FLAG(double, lr, 6e-3, "Peak learning rate.");
 ABSL_FLAG(double, min_lr, 3e-4, "Final learning rate of the cosine decay.");
-ABSL_FLAG(int64_t, warmup, 30, "Linear warm-up steps.");
+ABSL_FLAG(int64_t, warmup, 50, "Linear warm-up steps.");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only).");
 ABSL_FLAG(double, clip, 1.0, "Clip gradients to this global norm.");
 ABSL_FLAG(int64_t, log_interval, 10, "Steps between progress lines.");
-ABSL_FLAG(int64_t, eval_interval, 50, "Steps between validation losses.");
+ABSL_FLAG(int64_t, eval_interval, 100, "Steps between validation losses.");
 ABSL_FLAG(int64_t, eval_batches, 4, "Validation batches per evaluation.");
 ABSL_FLAG(int64_t, sample_tokens, 300, "Greedy sample length after training.");
-ABSL_FLAG(std::string, prompt, "And God said", "Prompt of the sample.");
+ABSL_FLAG(std::string, prompt, "And the LORD said unto Moses,", "Prompt of the sample.");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled KJV Genesis + Exodus).");
 ABSL_FLAG(std::string, csv, "gpt_loss.csv",
           "Loss curve CSV (relative paths are taken from where `bazel run` was started).");
@@ -108,7 +108,7 @@ void WriteCurve(const TrainResult& r, const std::string& csv) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
     const std::string png = csv.substr(0, csv.rfind('.')) + ".png";
     const std::string cmd = absl::StrCat(
-        "gnuplot -e \"set terminal png size 800,500; set output '", png,
+        "gnuplot -e \"set terminal png noenhanced size 800,500; set output '", png,
         "'; set datafile separator ','; set key autotitle columnhead; set xlabel 'step';"
         " set ylabel 'loss (nats/byte)'; plot '", csv, "' using 1:2 with lines, '", csv,
         "' using 1:3 with linespoints\"");

@@ -29,9 +29,9 @@ struct TrainOptions {
   GptConfig model;
   int tp = 2;
   int64_t batch = 16;  // sequences per data-parallel replica per step
-  int64_t steps = 300;
-  int64_t warmup_steps = 30;
-  double lr = 3e-3;
+  int64_t steps = 500;
+  int64_t warmup_steps = 50;
+  double lr = 6e-3;
   double min_lr = 3e-4;
   double weight_decay = 0.1;
   double clip_norm = 1.0;
@@ -39,7 +39,7 @@ struct TrainOptions {
   int64_t eval_interval = 100;  // also after the last step; 0 = only then
   int64_t eval_batches = 4;
   int64_t sample_tokens = 200;  // greedy sample after training; 0 = none
-  std::string prompt = "And God said";
+  std::string prompt = "And the LORD said unto Moses,";
 };
 
 // One logged step.
