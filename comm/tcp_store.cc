@@ -486,16 +486,24 @@ absl::StatusOr<std::string> TcpStore::CompareSet(absl::string_view key, absl::st
               absl::ZeroDuration());
 }
 
+namespace {
+
+// The server answers yes/no questions with "1" or "0".
+absl::StatusOr<bool> IsTrueReply(const absl::StatusOr<std::string>& reply) {
+  if (!reply.ok()) return reply.status();
+  return *reply == "1";
+}
+
+}  // namespace
+
 absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
   TPX_RETURN_IF_ERROR(ValidateStoreKey(key));
-  TPX_ASSIGN_OR_RETURN(std::string value, Call({"D", std::string(key)}, absl::ZeroDuration()));
-  return value == "1";
+  return IsTrueReply(Call({"D", std::string(key)}, absl::ZeroDuration()));
 }
 
 absl::StatusOr<bool> TcpStore::Check(absl::string_view key) {
   TPX_RETURN_IF_ERROR(ValidateStoreKey(key));
-  TPX_ASSIGN_OR_RETURN(std::string value, Call({"K", std::string(key)}, absl::ZeroDuration()));
-  return value == "1";
+  return IsTrueReply(Call({"K", std::string(key)}, absl::ZeroDuration()));
 }
 
 absl::Status TcpStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
