@@ -18,18 +18,11 @@
 #include "core/gemm.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/launch.h"
+#include "examples/gpt/model_flags.h"
 #include "examples/gpt/trainer.h"
 
 ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP).");
 ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
-ABSL_FLAG(int64_t, batch, 16, "Sequences per step.");
-ABSL_FLAG(int64_t, seq_len, 128, "Context length.");
-ABSL_FLAG(int64_t, d_model, 128, "Hidden size.");
-ABSL_FLAG(int64_t, n_heads, 4, "Attention heads.");
-ABSL_FLAG(int64_t, n_layers, 4, "Transformer blocks.");
-ABSL_FLAG(int64_t, d_ff, 512, "MLP hidden size.");
-ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism.");
-ABSL_FLAG(bool, recompute, false, "Activation checkpointing.");
 
 namespace tpx::gpt {
 namespace {
@@ -46,14 +39,7 @@ int MeasureRank(int tp) {
   auto data = ByteDataset::FromText(text, 0.1);
   if (!data.ok()) return 1;
   TrainOptions o;
-  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize,
-                      .seq_len = absl::GetFlag(FLAGS_seq_len),
-                      .d_model = absl::GetFlag(FLAGS_d_model),
-                      .n_heads = absl::GetFlag(FLAGS_n_heads),
-                      .n_layers = absl::GetFlag(FLAGS_n_layers),
-                      .d_ff = absl::GetFlag(FLAGS_d_ff),
-                      .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
-                      .activation_checkpointing = absl::GetFlag(FLAGS_recompute)};
+  o.model = GptConfigFromFlags();
   o.tp = tp;
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);

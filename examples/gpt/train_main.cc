@@ -25,22 +25,13 @@
 #include "core/status_macros.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/launch.h"
+#include "examples/gpt/model_flags.h"
 #include "examples/gpt/trainer.h"
 
 ABSL_FLAG(int, nproc, 2, "Ranks to start on this machine (ignored under a launcher).");
 ABSL_FLAG(int, tp, 2, "Tensor-parallel size (divides the world size; the rest is data-parallel).");
 ABSL_FLAG(std::string, backend, "", "Communication backend plugin (default: --tpx_comm_backend).");
 ABSL_FLAG(int64_t, steps, 500, "Optimizer steps.");
-ABSL_FLAG(int64_t, batch, 16, "Sequences per step per data-parallel replica.");
-ABSL_FLAG(int64_t, seq_len, 128, "Context length in bytes.");
-ABSL_FLAG(int64_t, d_model, 128, "Hidden size.");
-ABSL_FLAG(int64_t, n_heads, 4, "Attention heads.");
-ABSL_FLAG(int64_t, n_layers, 4, "Transformer blocks.");
-ABSL_FLAG(int64_t, d_ff, 512, "MLP hidden size.");
-ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
-ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism in the LayerNorm/dropout regions.");
-ABSL_FLAG(bool, recompute, false, "Activation checkpointing: recompute every block in backward.");
-ABSL_FLAG(uint64_t, seed, 1234, "Seed of weights, dropout and batches.");
 ABSL_FLAG(double, lr, 6e-3, "Peak learning rate.");
 ABSL_FLAG(double, min_lr, 3e-4, "Final learning rate of the cosine decay.");
 ABSL_FLAG(int64_t, warmup, 50, "Linear warm-up steps.");
@@ -125,16 +116,7 @@ absl::Status RankMain() {
   TPX_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(path, /*val_fraction=*/0.1));
 
   TrainOptions o;
-  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize,
-                      .seq_len = absl::GetFlag(FLAGS_seq_len),
-                      .d_model = absl::GetFlag(FLAGS_d_model),
-                      .n_heads = absl::GetFlag(FLAGS_n_heads),
-                      .n_layers = absl::GetFlag(FLAGS_n_layers),
-                      .d_ff = absl::GetFlag(FLAGS_d_ff),
-                      .dropout = absl::GetFlag(FLAGS_dropout),
-                      .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
-                      .activation_checkpointing = absl::GetFlag(FLAGS_recompute),
-                      .seed = absl::GetFlag(FLAGS_seed)};
+  o.model = GptConfigFromFlags();
   o.tp = absl::GetFlag(FLAGS_tp);
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
