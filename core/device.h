@@ -1,7 +1,7 @@
 // Where a tensor's memory lives.
 //
 //   Device d;                       // CPU (the default)
-//   Device g = Device::CUDA(1);     // describes GPU 1; CUDA tensors are not implemented yet
+//   Device g = Device::CUDA(1);     // GPU 1 (tensors there need //core/cuda linked in)
 //   std::string s = d.ToString();   // "cpu", "cuda:1"
 #ifndef TPX_CORE_DEVICE_H_
 #define TPX_CORE_DEVICE_H_

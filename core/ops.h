@@ -23,10 +23,16 @@
 //    one is 1, and the result takes the larger. [4, 1, 3] with [5, 1] -> [4, 5, 3].
 //  - Binary ops need equal dtypes, except the ...InPlace accumulators, which
 //    convert src to dst's dtype (f32 main_grad += bf16 grad).
-//  - All ops run on CPU tensors; CUDA tensors give FailedPrecondition.
-//  - Threads: elementwise ops and reductions run on the calling thread; GEMMs
-//    use GemmThreads() threads (core/gemm.h). Ops may run concurrently from
-//    several threads as long as no two write the same tensor.
+//  - Devices: every op runs on the device of its tensors, which must all be
+//    on one device (else InvalidArgument naming both). Checks, broadcasting
+//    and messages are shared; the loops are the device's DeviceKernels
+//    (core/device_kernels.h). CUDA ops are queued on the device's current
+//    stream (core/cuda/current_stream.h) and return before they finish;
+//    ToVector/Item/To(Device::CPU()) wait for them. Index checks (IndexSelect,
+//    IndexAdd) read the index on the host, which waits too.
+//  - Threads (CPU): elementwise ops and reductions run on the calling thread;
+//    GEMMs use GemmThreads() threads (core/gemm.h). Ops may run concurrently
+//    from several threads as long as no two write the same tensor.
 #ifndef TPX_CORE_OPS_H_
 #define TPX_CORE_OPS_H_
 

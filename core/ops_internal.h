@@ -2,27 +2,42 @@
 #ifndef TPX_CORE_OPS_INTERNAL_H_
 #define TPX_CORE_OPS_INTERNAL_H_
 
+#include <initializer_list>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "core/device_kernels.h"
 #include "core/tensor.h"
 
 namespace tpx::ops::internal {
 
 inline std::string Name(DType dtype) { return std::string(DTypeName(dtype)); }
 
-// Defined and on the CPU.
 inline absl::Status CheckInput(const Tensor& t, const char* op, const char* what = "input") {
-  if (!t.defined()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is undefined"));
+  if (t.defined()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " is undefined"));
+}
+
+// The kernels of the device every (defined) tensor is on; error naming `op`
+// when they are on different devices or the device is unusable.
+inline absl::StatusOr<DeviceKernels*> KernelsOf(const char* op,
+                                                std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    if (first == nullptr) {
+      first = t;
+    } else if (t->device() != first->device()) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": tensors on different devices: ",
+                                                     first->ToString(), " on ",
+                                                     first->device().ToString(), " and ",
+                                                     t->ToString(), " on ",
+                                                     t->device().ToString()));
+    }
   }
-  if (!t.device().is_cpu()) {
-    return absl::FailedPreconditionError(absl::StrCat(op, ": ", what, " is on ",
-                                                      t.device().ToString(),
-                                                      "; only CPU tensors are supported"));
-  }
-  return absl::OkStatus();
+  return KernelsFor(first != nullptr ? first->device() : Device::CPU(), op);
 }
 
 inline absl::Status CheckFloating(const Tensor& t, const char* op, const char* what = "input") {

@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/gemm.h"
+#include "core/device_kernels.h"
 #include "core/ops.h"
 #include "core/ops_internal.h"
 #include "core/status_macros.h"
@@ -46,12 +46,13 @@ absl::StatusOr<GemmOperand> AsGemmOperand(const Tensor& x, bool trans) {
 // One GEMM: out2d = alpha * op(a2d) op(b2d) + beta * out2d; out2d rows dense.
 absl::Status GemmTensors(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
                          bool trans_b, float alpha, float beta) {
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels, internal::KernelsOf("Matmul", {&out, &a, &b}));
   TPX_ASSIGN_OR_RETURN(GemmOperand ga, AsGemmOperand(a, trans_a));
   TPX_ASSIGN_OR_RETURN(GemmOperand gb, AsGemmOperand(b, trans_b));
   const int64_t m = out.size(0), n = out.size(1);
   const int64_t k = trans_a ? a.size(0) : a.size(1);
   const int64_t ldc = m == 1 ? std::max<int64_t>(n, 1) : out.stride(0);
-  return Gemm(ga.trans, gb.trans, m, n, k, alpha, a.dtype(), ga.data, ga.ld, gb.data, gb.ld, beta,
+  return kernels->Gemm(out.device().index, ga.trans, gb.trans, m, n, k, alpha, a.dtype(), ga.data, ga.ld, gb.data, gb.ld, beta,
               out.dtype(), out.raw_data(), ldc);
 }
 
@@ -64,6 +65,7 @@ absl::Status CheckMatmulInputs(const Tensor& a, const Tensor& b, const char* op)
   TPX_RETURN_IF_ERROR(CheckInput(a, op, "a"));
   TPX_RETURN_IF_ERROR(CheckInput(b, op, "b"));
   TPX_RETURN_IF_ERROR(CheckFloating(a, op, "a"));
+  TPX_RETURN_IF_ERROR(internal::KernelsOf(op, {&a, &b}).status());
   return CheckSameDType(a, b, op);
 }
 
@@ -99,7 +101,7 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
                       absl::StrCat("inner dims differ: ", ka, " vs ", kb));
   }
   Shape out_shape = a.dim() == 3 ? Shape{batch, m, n} : Shape{m, n};
-  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, a.dtype()));
+  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, a.dtype(), a.device()));
   if (a.dim() == 2) {
     TPX_RETURN_IF_ERROR(GemmTensors(out, a, b, trans_a, trans_b, 1.0f, 0.0f));
     return out;
@@ -132,6 +134,7 @@ absl::Status MatmulInto(const Tensor& out, const Tensor& a, const Tensor& b, boo
                         bool trans_b, float alpha, float beta) {
   TPX_RETURN_IF_ERROR(CheckMatmulInputs(a, b, "MatmulInto"));
   TPX_RETURN_IF_ERROR(CheckInput(out, "MatmulInto", "out"));
+  TPX_RETURN_IF_ERROR(internal::KernelsOf("MatmulInto", {&out, &a}).status());
   if (a.dim() != 2 || b.dim() != 2 || out.dim() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "MatmulInto: out, a and b must be 2-D, got out ", ShapeString(out.shape()), ", a ",
@@ -172,6 +175,7 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tenso
   if (bias.defined()) {
     TPX_RETURN_IF_ERROR(CheckInput(bias, "Linear", "bias"));
     TPX_RETURN_IF_ERROR(CheckSameDType(x, bias, "Linear"));
+    TPX_RETURN_IF_ERROR(internal::KernelsOf("Linear", {&x, &bias}).status());
     if (bias.dim() != 1 || bias.size(0) != out_features) {
       return absl::InvalidArgumentError(absl::StrCat("Linear: bias ", ShapeString(bias.shape()),
                                                      " does not match weight ",
@@ -180,7 +184,7 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tenso
   }
   const int64_t rows = x.numel() / std::max<int64_t>(in, 1);
   TPX_ASSIGN_OR_RETURN(Tensor x2, x.Reshape({rows, in}));
-  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({rows, out_features}, x.dtype()));
+  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({rows, out_features}, x.dtype(), x.device()));
   float beta = 0.0f;
   if (bias.defined()) {
     // Seed every row with the bias and let the GEMM accumulate onto it.

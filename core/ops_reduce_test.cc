@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/compare_testutil.h"
+#include "core/device_testutil.h"
 #include "core/ops.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -12,6 +13,8 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+TPX_DEVICE_TEST_SUITE(ReduceTest);
 
 // Reduces t (any dtype) over dim in double with `step`, returning [outer, inner] flattened
 // into the keepdim=false shape.
@@ -34,11 +37,11 @@ Tensor ReduceReference(const Tensor& t, int64_t dim, double init, F step) {
   }
   Shape shape = t.shape();
   shape.erase(shape.begin() + dim);
-  return *Tensor::FromVector<double>(out, shape);
+  return *TestFromVector<double>(out, shape);
 }
 
-TEST(ReduceTest, SumMeanMaxOnEveryDimMatchReference) {
-  Tensor x = RandomTensor({3, 17, 5}, DType::kF32, 1);
+TEST_P(ReduceTest, SumMeanMaxOnEveryDimMatchReference) {
+  Tensor x = TestRandom({3, 17, 5}, DType::kF32, 1);
   for (int64_t dim = 0; dim < 3; ++dim) {
     Tensor sum_ref = ReduceReference(x, dim, 0.0, std::plus<>());
     EXPECT_TRUE(TensorsClose(*Sum(x, dim), sum_ref, 1e-5, 1e-5)) << dim;
@@ -54,52 +57,52 @@ TEST(ReduceTest, SumMeanMaxOnEveryDimMatchReference) {
   EXPECT_EQ(Mean(x, -3)->shape(), (Shape{17, 5}));
 }
 
-TEST(ReduceTest, StridedAndReducedPrecisionInputs) {
-  Tensor x = *RandomTensor({40, 6}, DType::kBF16, 2).Transpose(0, 1);  // [6, 40]
+TEST_P(ReduceTest, StridedAndReducedPrecisionInputs) {
+  Tensor x = *TestRandom({40, 6}, DType::kBF16, 2).Transpose(0, 1);  // [6, 40]
   Tensor s = *Sum(x, 1);
   EXPECT_EQ(s.dtype(), DType::kBF16);
   // f32 accumulation, one final rounding to bf16.
   Tensor ref = *ReduceReference(x, 1, 0.0, std::plus<>()).To(DType::kBF16);
   EXPECT_TRUE(TensorsClose(s, ref, 1e-2, 1e-3));
   // Long bf16 sums would lose everything when accumulated in bf16: 4096 * 1 = 4096.
-  Tensor ones = *Tensor::Ones({4096}, DType::kBF16);
+  Tensor ones = *TestOnes({4096}, DType::kBF16);
   EXPECT_EQ(SumAll(ones)->Item(), 4096.0);
 }
 
-TEST(ReduceTest, ArgmaxFirstMaximumAndIntegers) {
-  Tensor x = *Tensor::FromVector<float>({1, 5, 5, 2, 7, 0, 7, 3}, {2, 4});
+TEST_P(ReduceTest, ArgmaxFirstMaximumAndIntegers) {
+  Tensor x = *TestFromVector<float>({1, 5, 5, 2, 7, 0, 7, 3}, {2, 4});
   EXPECT_THAT(Argmax(x, 1)->ToVector<int64_t>(), ElementsAre(1, 0));
   EXPECT_EQ(Argmax(x, 1)->dtype(), DType::kI64);
   EXPECT_THAT(Argmax(x, 0)->ToVector<int64_t>(), ElementsAre(1, 0, 1, 1));
   EXPECT_EQ(Argmax(x, 0, true)->shape(), (Shape{1, 4}));
-  Tensor i = *Tensor::FromVector<int32_t>({3, -1, 4, 1}, {2, 2});
+  Tensor i = *TestFromVector<int32_t>({3, -1, 4, 1}, {2, 2});
   EXPECT_THAT(Max(i, 1)->ToVector<int32_t>(), ElementsAre(3, 4));
   EXPECT_THAT(Sum(i, 0)->ToVector<int64_t>(), ElementsAre(7, 0));
   EXPECT_EQ(Sum(i, 0)->dtype(), DType::kI64);
 }
 
-TEST(ReduceTest, NaNPropagates) {
-  Tensor x = *Tensor::FromVector<float>({1, NAN, 3, 2}, {4});
+TEST_P(ReduceTest, NaNPropagates) {
+  Tensor x = *TestFromVector<float>({1, NAN, 3, 2}, {4});
   EXPECT_TRUE(std::isnan(Max(x, 0)->Item()));
   EXPECT_EQ(Argmax(x, 0)->Item(), 1.0);
   EXPECT_TRUE(std::isnan(SumAll(x)->Item()));
 }
 
-TEST(ReduceTest, SumAllAndEmpty) {
-  Tensor x = *Tensor::Arange(1.0, 101.0, 1.0, DType::kF32);
+TEST_P(ReduceTest, SumAllAndEmpty) {
+  Tensor x = *TestArange(1.0, 101.0, 1.0, DType::kF32);
   Tensor s = *SumAll(*x.View({10, 10}));
   EXPECT_EQ(s.dim(), 0);
   EXPECT_EQ(s.Item(), 5050.0);
-  Tensor e = *Tensor::Zeros({3, 0});
+  Tensor e = *TestZeros({3, 0});
   EXPECT_THAT(Sum(e, 1)->ToVector<float>(), ElementsAre(0, 0, 0));
   EXPECT_THAT(std::string(Max(e, 1).status().message()),
               HasSubstr("Max: dim 1 of shape [3, 0] is empty"));
   EXPECT_FALSE(Sum(x, 1).ok());
-  EXPECT_FALSE(Mean(*Tensor::Zeros({2}, DType::kI32), 0).ok());
+  EXPECT_FALSE(Mean(*TestZeros({2}, DType::kI32), 0).ok());
 }
 
-TEST(ReduceTest, SumToUndoesBroadcasting) {
-  Tensor g = RandomTensor({4, 3, 5}, DType::kF32, 3);
+TEST_P(ReduceTest, SumToUndoesBroadcasting) {
+  Tensor g = TestRandom({4, 3, 5}, DType::kF32, 3);
   Tensor bias_grad = *SumTo(g, {5});
   EXPECT_EQ(bias_grad.shape(), (Shape{5}));
   EXPECT_TRUE(TensorsClose(bias_grad, *Sum(*Sum(g, 0), 0), 1e-6, 1e-6));
@@ -111,8 +114,8 @@ TEST(ReduceTest, SumToUndoesBroadcasting) {
               HasSubstr("SumTo: shape [2, 5] does not broadcast to [4, 3, 5]"));
 }
 
-TEST(ReduceTest, SoftmaxAndLogSoftmax) {
-  Tensor x = RandomTensor({3, 7}, DType::kF32, 4, -20.0f, 20.0f);
+TEST_P(ReduceTest, SoftmaxAndLogSoftmax) {
+  Tensor x = TestRandom({3, 7}, DType::kF32, 4, -20.0f, 20.0f);
   for (int64_t dim : {0, 1}) {
     Tensor lse = ReduceReference(x, dim, 0.0, [](double a, double b) { return a + std::exp(b); });
     Tensor log_lse = *Log(*lse.To(DType::kF32));
@@ -121,7 +124,7 @@ TEST(ReduceTest, SoftmaxAndLogSoftmax) {
     EXPECT_TRUE(TensorsClose(*Softmax(x, dim), *Exp(ref_log), 1e-5, 1e-6)) << dim;
   }
   // Large logits do not overflow.
-  Tensor big = *Tensor::FromVector<float>({1000.0f, 1000.0f}, {2});
+  Tensor big = *TestFromVector<float>({1000.0f, 1000.0f}, {2});
   EXPECT_THAT(Softmax(big, 0)->ToVector<float>(), ElementsAre(0.5f, 0.5f));
 }
 

@@ -59,6 +59,9 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> tensors, int64_t dim) {
   if (tensors.empty()) return absl::InvalidArgumentError("Concat: no tensors");
   for (const Tensor& t : tensors) TPX_RETURN_IF_ERROR(CheckInput(t, "Concat"));
   const Tensor& first = tensors[0];
+  for (const Tensor& t : tensors) {
+    TPX_RETURN_IF_ERROR(internal::KernelsOf("Concat", {&first, &t}).status());
+  }
   TPX_ASSIGN_OR_RETURN(int64_t d, NormalizeDim(dim, first.dim(), "Concat"));
   Shape out_shape = first.shape();
   out_shape[d] = 0;
@@ -75,7 +78,7 @@ absl::StatusOr<Tensor> Concat(absl::Span<const Tensor> tensors, int64_t dim) {
     }
     out_shape[d] += t.size(d);
   }
-  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, first.dtype()));
+  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(out_shape, first.dtype(), first.device()));
   int64_t start = 0;
   for (const Tensor& t : tensors) {
     TPX_ASSIGN_OR_RETURN(Tensor window, out.Narrow(d, start, t.size(d)));

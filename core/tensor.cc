@@ -9,17 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/cpu/loops.h"
+#include "core/device_kernels.h"
 #include "core/status_macros.h"
 
 namespace tpx {
 namespace {
-
-absl::Status CheckDevice(Device device, const char* op) {
-  if (device.is_cpu()) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(op, ": device ", device.ToString(),
-                   " is not supported yet; only CPU tensors can be created"));
-}
 
 absl::Status CheckShape(absl::Span<const int64_t> shape, const char* op) {
   for (int64_t s : shape) {
@@ -36,88 +30,20 @@ absl::Status CheckDefined(const Tensor& t, const char* op) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": tensor is undefined"));
 }
 
-// Copies a transposing layout in 32x32 tiles so both sides stay in cache:
-// dst is unit-stride along its last dim `c`, src along another dim `r`.
-// Returns false (nothing copied) when the layouts are not of that kind.
-bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
-  const int64_t rank = dst.dim();
-  if (rank < 2 || dst.numel() < 4096) return false;
-  const int64_t c = rank - 1;
-  if (dst.stride(c) != 1 || src.stride(c) == 1 || dst.size(c) < 2) return false;
-  int64_t r = -1;
-  for (int64_t d = 0; d < c; ++d) {
-    if (src.stride(d) == 1 && src.size(d) > 1) r = d;
-  }
-  if (r < 0) return false;
-  // Iterate every other dim outside; the (r, c) plane is tiled inside.
-  Shape outer_shape = dst.shape();
-  outer_shape[r] = 1;
-  outer_shape[c] = 1;
-  const int64_t rows = dst.size(r), cols = dst.size(c);
-  const int64_t dst_row_stride = dst.stride(r), src_col_stride = src.stride(c);
-  cpu::DispatchDType(dst.dtype(), [&](auto dst_tag) {
-    using D = decltype(dst_tag);
-    cpu::DispatchDType(src.dtype(), [&](auto src_tag) {
-      using S = decltype(src_tag);
-      auto plane = [&](D* d, const S* x) {
-        constexpr int64_t kTile = 32;
-        for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-          const int64_t i1 = std::min(rows, i0 + kTile);
-          for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-            const int64_t j1 = std::min(cols, j0 + kTile);
-            for (int64_t i = i0; i < i1; ++i) {
-              for (int64_t j = j0; j < j1; ++j) {
-                d[i * dst_row_stride + j] = cpu::Convert<D>(x[i + j * src_col_stride]);
-              }
-            }
-          }
-        }
-      };
-      cpu::ForEachRow<2>(
-          outer_shape, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
-          {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
-          [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
-            for (int64_t t = 0; t < n; ++t) {
-              plane(reinterpret_cast<D*>(p[0] + t * st[0]),
-                    reinterpret_cast<const S*>(p[1] + t * st[1]));
-            }
-          });
-    });
-  });
-  return true;
+// The kernels of a tensor's device; aborts if they are gone, which cannot
+// happen for a tensor that was allocated through them.
+DeviceKernels& KernelsOfExisting(const Tensor& t) {
+  absl::StatusOr<DeviceKernels*> k = KernelsFor(t.device(), "Tensor");
+  TPX_CHECK(k.ok()) << k.status();
+  return **k;
 }
 
-// Copies elements between two equally shaped strided tensors, converting dtype.
-void CopyElements(const Tensor& dst, const Tensor& src) {
-  if (CopyTransposedTiles(dst, src)) return;
-  cpu::DispatchDType(dst.dtype(), [&](auto dst_tag) {
-    using D = decltype(dst_tag);
-    cpu::DispatchDType(src.dtype(), [&](auto src_tag) {
-      using S = decltype(src_tag);
-      cpu::ForEachRow<2>(
-          dst.shape(),
-          {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
-          {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
-          [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
-            if constexpr (std::is_same_v<D, S>) {
-              if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
-                std::memcpy(p[0], p[1], n * sizeof(D));
-                return;
-              }
-            }
-            if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
-              D* d = reinterpret_cast<D*>(p[0]);
-              const S* x = reinterpret_cast<const S*>(p[1]);
-              for (int64_t i = 0; i < n; ++i) d[i] = cpu::Convert<D>(x[i]);
-              return;
-            }
-            for (int64_t i = 0; i < n; ++i) {
-              *reinterpret_cast<D*>(p[0] + i * s[0]) =
-                  cpu::Convert<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
-            }
-          });
-    });
-  });
+// A CPU copy of t, for the accessors that cannot return a Status.
+Tensor HostCopyOrDie(const Tensor& t, const char* op) {
+  absl::StatusOr<Tensor> host = t.To(Device::CPU());
+  TPX_CHECK(host.ok()) << op << ": copying " << t.ToString() << " from "
+                       << t.device().ToString() << " failed: " << host.status();
+  return *host;
 }
 
 template <typename T>
@@ -164,15 +90,16 @@ Storage::~Storage() { allocator_->Deallocate(data_, nbytes_); }
 // ---------------- Factories ----------------
 
 absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device) {
-  TPX_RETURN_IF_ERROR(CheckDevice(device, "Tensor::Empty"));
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels, KernelsFor(device, "Tensor::Empty"));
   TPX_RETURN_IF_ERROR(CheckShape(shape, "Tensor::Empty"));
   const size_t nbytes = static_cast<size_t>(NumElements(shape)) * SizeOf(dtype);
-  Allocator* allocator = &GetCpuAllocator();
+  Allocator* allocator = &kernels->allocator(device.index);
   void* data = allocator->Allocate(nbytes);
   if (data == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("Tensor::Empty: cannot allocate ", nbytes,
                                                      " bytes for ", std::string(DTypeName(dtype)),
-                                                     ShapeString(shape)));
+                                                     ShapeString(shape), " on ",
+                                                     device.ToString()));
   }
   auto storage = std::make_shared<Storage>(data, nbytes, allocator);
   Shape strides = ContiguousStrides(shape);
@@ -180,9 +107,7 @@ absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device) {
 }
 
 absl::StatusOr<Tensor> Tensor::Zeros(Shape shape, DType dtype, Device device) {
-  TPX_ASSIGN_OR_RETURN(Tensor t, Empty(std::move(shape), dtype, device));
-  std::memset(t.raw_data(), 0, t.nbytes());  // all-zero bits are 0 in every dtype
-  return t;
+  return Full(std::move(shape), 0.0, dtype, device);
 }
 
 absl::StatusOr<Tensor> Tensor::Ones(Shape shape, DType dtype, Device device) {
@@ -191,13 +116,7 @@ absl::StatusOr<Tensor> Tensor::Ones(Shape shape, DType dtype, Device device) {
 
 absl::StatusOr<Tensor> Tensor::Full(Shape shape, double value, DType dtype, Device device) {
   TPX_ASSIGN_OR_RETURN(Tensor t, Empty(std::move(shape), dtype, device));
-  cpu::DispatchDType(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T v = cpu::StoreAs<T>(value);
-    T* p = static_cast<T*>(t.raw_data());
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) p[i] = v;
-  });
+  TPX_RETURN_IF_ERROR(KernelsOfExisting(t).Fill(t, value));
   return t;
 }
 
@@ -208,13 +127,13 @@ absl::StatusOr<Tensor> Tensor::Arange(double start, double end, double step, DTy
                                                    " end=", end, " step=", step));
   }
   const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((end - start) / step)));
-  TPX_ASSIGN_OR_RETURN(Tensor t, Empty({n}, dtype, device));
+  TPX_ASSIGN_OR_RETURN(Tensor t, Empty({n}, dtype));
   cpu::DispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(t.raw_data());
     for (int64_t i = 0; i < n; ++i) p[i] = cpu::StoreAs<T>(start + step * static_cast<double>(i));
   });
-  return t;
+  return t.To(device);
 }
 
 absl::StatusOr<Tensor> Tensor::Scalar(double value, DType dtype) { return Full({}, value, dtype); }
@@ -312,6 +231,7 @@ void* Tensor::raw_data() const {
 template <typename T>
 std::vector<T> Tensor::ToVector() const {
   if (!defined()) return {};
+  if (!device_.is_cpu()) return HostCopyOrDie(*this, "Tensor::ToVector").ToVector<T>();
   using V = typename VectorValueType<T>::type;
   std::vector<V> out(static_cast<size_t>(numel()));
   if (!out.empty()) {
@@ -351,6 +271,16 @@ template std::vector<bool> Tensor::ToVector<bool>() const;
 double Tensor::Item(absl::Span<const int64_t> index) const {
   TPX_CHECK(defined() && static_cast<int64_t>(index.size()) == dim())
       << "Tensor::Item with " << index.size() << " indices on " << ToString();
+  if (!device_.is_cpu()) {
+    int64_t element = offset_;
+    for (size_t d = 0; d < index.size(); ++d) {
+      TPX_CHECK(index[d] >= 0 && index[d] < shape_[d])
+          << "Tensor::Item index " << index[d] << " out of range in dim " << d << " of "
+          << ToString();
+      element += index[d] * strides_[d];
+    }
+    return HostCopyOrDie(WithLayout({}, {}, element), "Tensor::Item").Item({});
+  }
   int64_t off = 0;
   for (size_t d = 0; d < index.size(); ++d) {
     TPX_CHECK(index[d] >= 0 && index[d] < shape_[d])
@@ -601,7 +531,7 @@ absl::StatusOr<Tensor> Tensor::Contiguous() const {
 absl::StatusOr<Tensor> Tensor::Clone() const {
   TPX_RETURN_IF_ERROR(CheckDefined(*this, "Clone"));
   TPX_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype_, device_));
-  CopyElements(out, *this);
+  TPX_RETURN_IF_ERROR(KernelsOfExisting(out).Copy(out, *this));
   return out;
 }
 
@@ -609,7 +539,27 @@ absl::StatusOr<Tensor> Tensor::To(DType dtype) const {
   TPX_RETURN_IF_ERROR(CheckDefined(*this, "To"));
   if (dtype == dtype_ && is_contiguous()) return *this;
   TPX_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype, device_));
-  CopyElements(out, *this);
+  TPX_RETURN_IF_ERROR(KernelsOfExisting(out).Copy(out, *this));
+  return out;
+}
+
+absl::StatusOr<Tensor> Tensor::To(Device device) const {
+  TPX_RETURN_IF_ERROR(CheckDefined(*this, "To"));
+  if (device == device_) return *this;
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * dst_kernels, KernelsFor(device, "To"));
+  TPX_ASSIGN_OR_RETURN(Tensor src, Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor out, Empty(shape_, dtype_, device));
+  if (device_.is_cpu()) {
+    TPX_RETURN_IF_ERROR(
+        dst_kernels->CopyFromHost(out.raw_data(), src.raw_data(), nbytes(), device.index));
+  } else if (device.is_cpu()) {
+    TPX_RETURN_IF_ERROR(
+        KernelsOfExisting(src).CopyToHost(out.raw_data(), src.raw_data(), nbytes(),
+                                          device_.index));
+  } else {  // between two accelerators: through the host
+    TPX_ASSIGN_OR_RETURN(Tensor host, src.To(Device::CPU()));
+    return host.To(device);
+  }
   return out;
 }
 
@@ -622,10 +572,17 @@ absl::Status Tensor::CopyFrom(const Tensor& src) const {
                                                    " differs from destination shape ",
                                                    ShapeString(shape_)));
   }
-  TPX_RETURN_IF_ERROR(CheckDevice(device_, "CopyFrom"));
-  TPX_RETURN_IF_ERROR(CheckDevice(src.device_, "CopyFrom"));
-  CopyElements(*this, src);
-  return absl::OkStatus();
+  // Across devices: move src's bytes over first, then convert and scatter
+  // into this tensor's layout on its own device.
+  TPX_ASSIGN_OR_RETURN(Tensor local, src.To(device_));
+  return KernelsOfExisting(*this).Copy(*this, local);
+}
+
+absl::Status RequireCpu(const Tensor& t, const char* op) {
+  if (!t.defined() || t.device().is_cpu()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(op, ": ", t.ToString(), " is on ",
+                                                    t.device().ToString(),
+                                                    "; this operation runs on CPU tensors only"));
 }
 
 }  // namespace tpx

@@ -12,7 +12,7 @@
 //   std::vector<float> v = b.ToVector<float>();              // {1, 4, 2, 5, 3, 6}
 //
 // Errors: every function that can fail on its arguments (bad shapes, dims out
-// of range, wrong dtype, CUDA device) returns absl::Status naming the function
+// of range, wrong dtype, unusable device) returns absl::Status naming the function
 // and the shapes. Negative dims count from the end, as in PyTorch.
 // Thread-safety: a Tensor handle is not synchronised; concurrent reads are fine.
 #ifndef TPX_CORE_TENSOR_H_
@@ -68,7 +68,8 @@ class Tensor {
   // An undefined tensor (defined() == false), e.g. "no bias".
   Tensor() = default;
 
-  // ---- Factories. Errors: negative sizes, unsupported device (CUDA). ----
+  // ---- Factories. Errors: negative sizes; a device whose kernels are not
+  // linked in (CUDA: depend on //core/cuda) or that is not visible. ----
   static absl::StatusOr<Tensor> Empty(Shape shape, DType dtype = DType::kF32,
                                       Device device = Device());
   static absl::StatusOr<Tensor> Zeros(Shape shape, DType dtype = DType::kF32,
@@ -115,9 +116,11 @@ class Tensor {
   // True when both tensors view the same Storage.
   bool SharesStorageWith(const Tensor& other) const { return storage_ == other.storage_; }
 
-  // ---- Data access (CPU). ----
-  // Pointer to element [0, ..., 0]. T must match dtype() (float, BF16, F16,
-  // int32_t, int64_t, bool): a mismatch is a programming error and aborts.
+  // ---- Data access. ----
+  // Pointer to element [0, ..., 0] in device()'s memory (a device pointer
+  // for CUDA tensors: not readable on the host). T must match dtype() (float,
+  // BF16, F16, int32_t, int64_t, bool): a mismatch is a programming error and
+  // aborts.
   template <typename T>
   T* data() const {
     TPX_CHECK(dtype_ == kDTypeOf<T>) << "Tensor::data<" << DTypeName(kDTypeOf<T>)
@@ -126,10 +129,13 @@ class Tensor {
   }
   void* raw_data() const;
   // All elements in row-major order, converted to T (float, double, int32_t,
-  // int64_t or bool). Works for any strides. Empty for an undefined tensor.
+  // int64_t or bool). Works for any strides and devices (copying to the host
+  // first; a failing device copy is fatal here: use To(Device::CPU()) to get
+  // a Status). Empty for an undefined tensor.
   template <typename T>
   std::vector<T> ToVector() const;
-  // Single element at a (non-negative) multi-index, converted to double.
+  // Single element at a (non-negative) multi-index, converted to double
+  // (copied from the device like ToVector).
   double Item(absl::Span<const int64_t> index = {}) const;
 
   // ---- Views: share storage, no copy. ----
@@ -162,8 +168,11 @@ class Tensor {
   // A contiguous copy converted to dtype (a shared handle if dtype matches and
   // the tensor is contiguous).
   absl::StatusOr<Tensor> To(DType dtype) const;
+  // A contiguous copy on `device` (this tensor itself if already there).
+  // CUDA tensors: the copy waits for work queued on the device.
+  absl::StatusOr<Tensor> To(Device device) const;
   // Copies src into this tensor's elements, converting dtype; both may be
-  // strided. Error unless shapes are equal.
+  // strided and on different devices. Error unless shapes are equal.
   absl::Status CopyFrom(const Tensor& src) const;
 
  private:
@@ -182,6 +191,10 @@ class Tensor {
   DType dtype_ = DType::kF32;
   Device device_;
 };
+
+// OK for an undefined or CPU tensor; FailedPrecondition naming `op` for a
+// tensor on another device. For code whose loops read tensors on the host.
+absl::Status RequireCpu(const Tensor& t, const char* op);
 
 }  // namespace tpx
 

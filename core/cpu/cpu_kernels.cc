@@ -1,0 +1,147 @@
+// CPU DeviceKernels: device and memory entry points, copies, fill, GEMM.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/loops.h"
+#include "core/gemm.h"
+
+namespace tpx::cpu {
+namespace {
+
+// Copies a transposing layout in 32x32 tiles so both sides stay in cache:
+// dst is unit-stride along its last dim `c`, src along another dim `r`.
+// Returns false (nothing copied) when the layouts are not of that kind.
+bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
+  const int64_t rank = dst.dim();
+  if (rank < 2 || dst.numel() < 4096) return false;
+  const int64_t c = rank - 1;
+  if (dst.stride(c) != 1 || src.stride(c) == 1 || dst.size(c) < 2) return false;
+  int64_t r = -1;
+  for (int64_t d = 0; d < c; ++d) {
+    if (src.stride(d) == 1 && src.size(d) > 1) r = d;
+  }
+  if (r < 0) return false;
+  // Iterate every other dim outside; the (r, c) plane is tiled inside.
+  Shape outer_shape = dst.shape();
+  outer_shape[r] = 1;
+  outer_shape[c] = 1;
+  const int64_t rows = dst.size(r), cols = dst.size(c);
+  const int64_t dst_row_stride = dst.stride(r), src_col_stride = src.stride(c);
+  DispatchDType(dst.dtype(), [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    DispatchDType(src.dtype(), [&](auto src_tag) {
+      using S = decltype(src_tag);
+      auto plane = [&](D* d, const S* x) {
+        constexpr int64_t kTile = 32;
+        for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+          const int64_t i1 = std::min(rows, i0 + kTile);
+          for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+            const int64_t j1 = std::min(cols, j0 + kTile);
+            for (int64_t i = i0; i < i1; ++i) {
+              for (int64_t j = j0; j < j1; ++j) {
+                d[i * dst_row_stride + j] = Convert<D>(x[i + j * src_col_stride]);
+              }
+            }
+          }
+        }
+      };
+      ForEachRow<2>(
+          outer_shape, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+          {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
+          [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
+            for (int64_t t = 0; t < n; ++t) {
+              plane(reinterpret_cast<D*>(p[0] + t * st[0]),
+                    reinterpret_cast<const S*>(p[1] + t * st[1]));
+            }
+          });
+    });
+  });
+  return true;
+}
+
+// Copies elements between two equally shaped strided tensors, converting dtype.
+void CopyElements(const Tensor& dst, const Tensor& src) {
+  if (CopyTransposedTiles(dst, src)) return;
+  DispatchDType(dst.dtype(), [&](auto dst_tag) {
+    using D = decltype(dst_tag);
+    DispatchDType(src.dtype(), [&](auto src_tag) {
+      using S = decltype(src_tag);
+      ForEachRow<2>(
+          dst.shape(),
+          {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
+          {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
+          [](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+            if constexpr (std::is_same_v<D, S>) {
+              if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+                std::memcpy(p[0], p[1], n * sizeof(D));
+                return;
+              }
+            }
+            if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+              D* d = reinterpret_cast<D*>(p[0]);
+              const S* x = reinterpret_cast<const S*>(p[1]);
+              for (int64_t i = 0; i < n; ++i) d[i] = Convert<D>(x[i]);
+              return;
+            }
+            for (int64_t i = 0; i < n; ++i) {
+              *reinterpret_cast<D*>(p[0] + i * s[0]) =
+                  Convert<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
+            }
+          });
+    });
+  });
+}
+
+}  // namespace
+
+absl::Status CpuDeviceKernels::CheckDevice(int index) {
+  if (index == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("the CPU device has index 0, not ", index));
+}
+
+Allocator& CpuDeviceKernels::allocator(int) { return GetCpuAllocator(); }
+
+absl::Status CpuDeviceKernels::CopyToHost(void* host_dst, const void* device_src, size_t bytes,
+                                          int) {
+  if (bytes > 0) std::memcpy(host_dst, device_src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::CopyFromHost(void* device_dst, const void* host_src, size_t bytes,
+                                            int) {
+  if (bytes > 0) std::memcpy(device_dst, host_src, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Copy(const Tensor& dst, const Tensor& src) {
+  CopyElements(dst, src);
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Fill(const Tensor& dst, double value) {
+  DispatchDType(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T v = StoreAs<T>(value);
+    ForEachRow<1>(dst.shape(), {static_cast<char*>(dst.raw_data())}, {dst.strides()},
+                  {sizeof(T)}, [v](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
+                    if (s[0] == sizeof(T)) {
+                      std::fill_n(reinterpret_cast<T*>(p[0]), n, v);
+                      return;
+                    }
+                    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+                  });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Gemm(int, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                    int64_t k, float alpha, DType ab_dtype, const void* a,
+                                    int64_t lda, const void* b, int64_t ldb, float beta,
+                                    DType c_dtype, void* c, int64_t ldc) {
+  return tpx::Gemm(trans_a, trans_b, m, n, k, alpha, ab_dtype, a, lda, b, ldb, beta, c_dtype, c,
+                   ldc);
+}
+
+}  // namespace tpx::cpu

@@ -1,0 +1,46 @@
+// The CPU implementation of DeviceKernels (core/device_kernels.h): the loops
+// behind every op on CPU tensors. Internal to //core:tensor; reach it through
+// CpuKernels() or KernelsFor(Device::CPU(), ...).
+//
+// Everything runs on the calling thread (GEMMs excepted: core/gemm.h) and is
+// finished when the call returns.
+#ifndef TPX_CORE_CPU_CPU_KERNELS_H_
+#define TPX_CORE_CPU_CPU_KERNELS_H_
+
+#include "core/device_kernels.h"
+
+namespace tpx::cpu {
+
+class CpuDeviceKernels final : public DeviceKernels {
+ public:
+  absl::Status CheckDevice(int index) override;
+  Allocator& allocator(int index) override;
+  void* CurrentStream(int index) override { return nullptr; }
+  absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes,
+                          int index) override;
+  absl::Status CopyFromHost(void* device_dst, const void* host_src, size_t bytes,
+                            int index) override;
+
+  absl::Status Copy(const Tensor& dst, const Tensor& src) override;           // cpu_kernels.cc
+  absl::Status Fill(const Tensor& dst, double value) override;                // cpu_kernels.cc
+  absl::Status Binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b,
+                      double alpha) override;                                 // elementwise_kernels.cc
+  absl::Status Unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar) override;
+  absl::Status Where(const Tensor& out, const Tensor& cond, const Tensor& a,
+                     const Tensor& b) override;
+  absl::Status Reduce(ReduceOp op, const Tensor& out, const Tensor& in, int64_t outer, int64_t n,
+                      int64_t inner) override;                                // reduce_kernels.cc
+  absl::Status Softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t n,
+                       int64_t inner, bool log) override;
+  absl::Status IndexSelect(const Tensor& out, const Tensor& in, int64_t dim,
+                           const Tensor& index) override;                     // index_kernels.cc
+  absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index,
+                        const Tensor& src) override;
+  absl::Status Gemm(int index, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                    float alpha, DType ab_dtype, const void* a, int64_t lda, const void* b,
+                    int64_t ldb, float beta, DType c_dtype, void* c, int64_t ldc) override;
+};
+
+}  // namespace tpx::cpu
+
+#endif  // TPX_CORE_CPU_CPU_KERNELS_H_

@@ -1,0 +1,224 @@
+// CPU DeviceKernels: broadcasting binary ops, unary math, where.
+#include <cmath>
+#include <type_traits>
+
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/loops.h"
+#include "core/cpu/vec_math.h"
+
+namespace tpx::cpu {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+char* Bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+// out = f(a, b) elementwise; a and b have out's shape (stride 0 where
+// broadcast). f gets the loaded values (float for floating types) and
+// returns a value converted to TO. Contiguous rows and scalar-broadcast rows
+// run tight loops.
+template <typename TO, typename TA, typename TB, typename F>
+void BinaryLoop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
+  ForEachRow<3>(
+      out.shape(), {Bytes(out), Bytes(a), Bytes(b)}, {out.strides(), a.strides(), b.strides()},
+      {sizeof(TO), sizeof(TA), sizeof(TB)},
+      [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+        TO* o = reinterpret_cast<TO*>(p[0]);
+        const TA* x = reinterpret_cast<const TA*>(p[1]);
+        const TB* y = reinterpret_cast<const TB*>(p[2]);
+        if (s[0] == sizeof(TO) && s[1] == sizeof(TA) && s[2] == sizeof(TB)) {
+          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i]), Load(y[i])));
+        } else if (s[0] == sizeof(TO) && s[1] == sizeof(TA) && s[2] == 0) {
+          const auto yv = Load(*y);
+          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i]), yv));
+        } else if (s[0] == sizeof(TO) && s[1] == 0 && s[2] == sizeof(TB)) {
+          const auto xv = Load(*x);
+          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(xv, Load(y[i])));
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            *reinterpret_cast<TO*>(p[0] + i * s[0]) =
+                StoreAs<TO>(f(Load(*reinterpret_cast<const TA*>(p[1] + i * s[1])),
+                              Load(*reinterpret_cast<const TB*>(p[2] + i * s[2]))));
+          }
+        }
+      });
+}
+
+// out = f(in) elementwise.
+template <typename TO, typename TI, typename F>
+void UnaryLoop(const Tensor& out, const Tensor& in, F f) {
+  ForEachRow<2>(out.shape(), {Bytes(out), Bytes(in)}, {out.strides(), in.strides()},
+                {sizeof(TO), sizeof(TI)},
+                [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                  if (s[0] == sizeof(TO) && s[1] == sizeof(TI)) {
+                    TO* o = reinterpret_cast<TO*>(p[0]);
+                    const TI* x = reinterpret_cast<const TI*>(p[1]);
+                    for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i])));
+                  } else {
+                    for (int64_t i = 0; i < n; ++i) {
+                      *reinterpret_cast<TO*>(p[0] + i * s[0]) = StoreAs<TO>(
+                          f(Load(*reinterpret_cast<const TI*>(p[1] + i * s[1]))));
+                    }
+                  }
+                });
+}
+
+template <typename C>
+bool Compare(BinaryOp op, C x, C y) {
+  switch (op) {
+    case BinaryOp::kEq: return x == y;
+    case BinaryOp::kLt: return x < y;
+    default: return x >= y;  // kGe
+  }
+}
+
+// a + alpha * b where b's dtype may differ from a's (gradient accumulation).
+void MixedAdd(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+  const float al = static_cast<float>(alpha);
+  DispatchFloat(a.dtype(), [&](auto atag) {
+    using A = decltype(atag);
+    DispatchDType(b.dtype(), [&](auto btag) {
+      using B = decltype(btag);
+      if (alpha == 1.0) {
+        BinaryLoop<A, A, B>(out, a, b, [](float x, auto y) { return x + static_cast<float>(y); });
+      } else {
+        BinaryLoop<A, A, B>(out, a, b,
+                            [al](float x, auto y) { return x + al * static_cast<float>(y); });
+      }
+    });
+  });
+}
+
+void Arithmetic(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
+  DispatchDType(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using C = ComputeType<T>;
+      const C al = static_cast<C>(alpha);
+      switch (op) {
+        case BinaryOp::kAdd:
+          if (alpha == 1.0) {
+            BinaryLoop<T, T, T>(out, a, b, [](C x, C y) { return x + y; });
+          } else {
+            BinaryLoop<T, T, T>(out, a, b, [al](C x, C y) { return x + al * y; });
+          }
+          break;
+        case BinaryOp::kSub: BinaryLoop<T, T, T>(out, a, b, [](C x, C y) { return x - y; }); break;
+        case BinaryOp::kMul: BinaryLoop<T, T, T>(out, a, b, [](C x, C y) { return x * y; }); break;
+        default: BinaryLoop<T, T, T>(out, a, b, [](C x, C y) { return x / y; }); break;
+      }
+    }
+  });
+}
+
+template <typename F>
+void FloatUnary(const Tensor& out, const Tensor& in, F f) {
+  DispatchFloat(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    UnaryLoop<T, T>(out, in, f);
+  });
+}
+
+void CompareScalar(UnaryOp op, const Tensor& out, const Tensor& in, double s) {
+  const BinaryOp cmp = op == UnaryOp::kLtScalar   ? BinaryOp::kLt
+                       : op == UnaryOp::kGeScalar ? BinaryOp::kGe
+                                                  : BinaryOp::kEq;
+  DispatchDType(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    UnaryLoop<bool, T>(out, in, [s, cmp](auto x) {
+      return Compare<double>(cmp, static_cast<double>(x), s);
+    });
+  });
+}
+
+}  // namespace
+
+absl::Status CpuDeviceKernels::Binary(BinaryOp op, const Tensor& out, const Tensor& a,
+                                      const Tensor& b, double alpha) {
+  switch (op) {
+    case BinaryOp::kAdd:
+    case BinaryOp::kSub:
+    case BinaryOp::kMul:
+    case BinaryOp::kDiv:
+      if (a.dtype() != b.dtype()) {
+        MixedAdd(out, a, b, alpha);
+      } else {
+        Arithmetic(op, out, a, b, alpha);
+      }
+      break;
+    case BinaryOp::kEq:
+    case BinaryOp::kLt:
+    case BinaryOp::kGe:
+      DispatchDType(a.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        using C = ComputeType<T>;
+        BinaryLoop<bool, T, T>(out, a, b, [op](C x, C y) { return Compare(op, x, y); });
+      });
+      break;
+    case BinaryOp::kAnd:
+      BinaryLoop<bool, bool, bool>(out, a, b, [](bool x, bool y) { return x && y; });
+      break;
+    case BinaryOp::kOr:
+      BinaryLoop<bool, bool, bool>(out, a, b, [](bool x, bool y) { return x || y; });
+      break;
+    case BinaryOp::kGeluBackward:
+      DispatchFloat(b.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        BinaryLoop<T, T, T>(out, a, b, [](float g, float v) {
+          const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+          const float pdf = kInvSqrt2Pi * Exp(-0.5f * v * v);
+          return g * (cdf + v * pdf);
+        });
+      });
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Unary(UnaryOp op, const Tensor& out, const Tensor& in,
+                                     double scalar) {
+  switch (op) {
+    case UnaryOp::kNeg: FloatUnary(out, in, [](float x) { return -x; }); break;
+    case UnaryOp::kExp: FloatUnary(out, in, [](float x) { return Exp(x); }); break;
+    case UnaryOp::kLog: FloatUnary(out, in, [](float x) { return std::log(x); }); break;
+    case UnaryOp::kSqrt: FloatUnary(out, in, [](float x) { return std::sqrt(x); }); break;
+    case UnaryOp::kTanh: FloatUnary(out, in, [](float x) { return std::tanh(x); }); break;
+    case UnaryOp::kRelu:
+      FloatUnary(out, in, [](float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); });
+      break;
+    case UnaryOp::kGelu:
+      FloatUnary(out, in, [](float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
+      break;
+    case UnaryOp::kNot: UnaryLoop<bool, bool>(out, in, [](bool x) { return !x; }); break;
+    case UnaryOp::kScale: {
+      const float s = static_cast<float>(scalar);
+      FloatUnary(out, in, [s](float x) { return x * s; });
+      break;
+    }
+    case UnaryOp::kLtScalar:
+    case UnaryOp::kGeScalar:
+    case UnaryOp::kEqScalar: CompareScalar(op, out, in, scalar); break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Where(const Tensor& out, const Tensor& cond, const Tensor& a,
+                                     const Tensor& b) {
+  DispatchDType(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    ForEachRow<4>(out.shape(), {Bytes(out), Bytes(cond), Bytes(a), Bytes(b)},
+                  {out.strides(), cond.strides(), a.strides(), b.strides()},
+                  {sizeof(T), 1, sizeof(T), sizeof(T)},
+                  [](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
+                    for (int64_t i = 0; i < n; ++i) {
+                      const bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
+                      *reinterpret_cast<T*>(p[0] + i * s[0]) =
+                          *reinterpret_cast<const T*>(p[c ? 2 : 3] + i * s[c ? 2 : 3]);
+                    }
+                  });
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace tpx::cpu

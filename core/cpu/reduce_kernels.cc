@@ -1,0 +1,211 @@
+// CPU DeviceKernels: reductions over the middle dim of [outer, n, inner]
+// and softmax. inner == 1 reduces contiguous rows; otherwise whole inner-rows
+// are accumulated at once so memory is read in order.
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/loops.h"
+#include "core/cpu/vec_math.h"
+
+namespace tpx::cpu {
+namespace {
+
+struct Layout {
+  int64_t outer, n, inner;
+};
+
+// Sum of n contiguous values in f32; 8 independent partial sums so the
+// compiler can vectorise without reassociation flags.
+template <typename T>
+float SumRow(const T* x, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += Load(x[i + j]);
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += Load(x[i]);
+  return s;
+}
+
+// Sums over n for one outer index into acc[inner] (accumulator type A).
+template <typename A, typename T>
+void SumBlock(const T* x, int64_t n, int64_t inner, A* acc) {
+  for (int64_t j = 0; j < inner; ++j) acc[j] = A(0);
+  for (int64_t r = 0; r < n; ++r) {
+    const T* row = x + r * inner;
+    for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(Load(row[j]));
+  }
+}
+
+// NaN-propagating max step.
+inline float MaxStep(float acc, float v) {
+  if (std::isnan(acc)) return acc;
+  return v <= acc ? acc : v;  // v > acc, or v is NaN
+}
+template <typename I>
+inline I MaxStep(I acc, I v) {
+  return v > acc ? v : acc;
+}
+
+// Max of n values at x[0], x[stride], ...; NaN if any is NaN. Eight
+// independent maxima in the `v > m ? v : m` form (exactly vmaxps) let the
+// compiler vectorise the contiguous case.
+template <typename T>
+float RowMax(const T* x, int64_t n, int64_t stride) {
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float m[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
+  bool nan = false;
+  int64_t i = 0;
+  if (stride == 1) {
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        const float v = Load(x[i + j]);
+        nan |= v != v;
+        m[j] = v > m[j] ? v : m[j];
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = Load(x[i * stride]);
+    nan |= v != v;
+    m[0] = v > m[0] ? v : m[0];
+  }
+  if (nan) return std::numeric_limits<float>::quiet_NaN();
+  float r = m[0];
+  for (int j = 1; j < 8; ++j) r = m[j] > r ? m[j] : r;
+  return r;
+}
+
+void SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean) {
+  const float scale = mean ? 1.0f / static_cast<float>(r.n) : 1.0f;
+  DispatchDType(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      const T* x = in.template data<T>();
+      if constexpr (std::is_integral_v<T>) {
+        int64_t* o = out.data<int64_t>();
+        std::vector<int64_t> acc(r.inner);
+        for (int64_t i = 0; i < r.outer; ++i) {
+          SumBlock<int64_t>(x + i * r.n * r.inner, r.n, r.inner, acc.data());
+          for (int64_t j = 0; j < r.inner; ++j) o[i * r.inner + j] = acc[j];
+        }
+      } else {
+        T* o = out.data<T>();
+        if (r.inner == 1) {
+          for (int64_t i = 0; i < r.outer; ++i) {
+            o[i] = StoreAs<T>(SumRow(x + i * r.n, r.n) * scale);
+          }
+        } else {
+          std::vector<float> acc(r.inner);
+          for (int64_t i = 0; i < r.outer; ++i) {
+            SumBlock<float>(x + i * r.n * r.inner, r.n, r.inner, acc.data());
+            for (int64_t j = 0; j < r.inner; ++j) {
+              o[i * r.inner + j] = StoreAs<T>(acc[j] * scale);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// Max values (values != nullptr) or argmax (indices != nullptr) over n.
+void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor* indices) {
+  if (indices == nullptr && r.inner == 1 && IsFloatingPoint(in.dtype())) {
+    DispatchFloat(in.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = in.template data<T>();
+      T* o = values->data<T>();
+      for (int64_t i = 0; i < r.outer; ++i) o[i] = StoreAs<T>(RowMax(x + i * r.n, r.n, 1));
+    });
+    return;
+  }
+  DispatchDType(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, bool>) {
+      using C = ComputeType<T>;
+      const T* x = in.template data<T>();
+      T* vo = values ? values->data<T>() : nullptr;
+      int64_t* io = indices ? indices->data<int64_t>() : nullptr;
+      std::vector<C> best(r.inner);
+      std::vector<int64_t> where(r.inner);
+      for (int64_t i = 0; i < r.outer; ++i) {
+        const T* block = x + i * r.n * r.inner;
+        for (int64_t j = 0; j < r.inner; ++j) {
+          best[j] = Load(block[j]);
+          where[j] = 0;
+        }
+        for (int64_t k = 1; k < r.n; ++k) {
+          const T* row = block + k * r.inner;
+          for (int64_t j = 0; j < r.inner; ++j) {
+            const C v = Load(row[j]);
+            const C m = MaxStep(best[j], v);
+            // Update the index only on a strict change (first maximum wins; first NaN wins).
+            if (!(m == best[j]) && !(std::isnan(static_cast<double>(best[j])))) {
+              best[j] = m;
+              where[j] = k;
+            }
+          }
+        }
+        for (int64_t j = 0; j < r.inner; ++j) {
+          if (vo) vo[i * r.inner + j] = StoreAs<T>(best[j]);
+          if (io) io[i * r.inner + j] = where[j];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status CpuDeviceKernels::Reduce(ReduceOp op, const Tensor& out, const Tensor& in,
+                                      int64_t outer, int64_t n, int64_t inner) {
+  const Layout r{outer, n, inner};
+  switch (op) {
+    case ReduceOp::kSum: SumOrMean(out, in, r, /*mean=*/false); break;
+    case ReduceOp::kMean: SumOrMean(out, in, r, /*mean=*/true); break;
+    case ReduceOp::kMax: MaxOrArgmax(in, r, &out, nullptr); break;
+    case ReduceOp::kArgmax: MaxOrArgmax(in, r, nullptr, &out); break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int64_t outer,
+                                       int64_t n, int64_t inner, bool log) {
+  DispatchFloat(in.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = in.template data<T>();
+    T* o = out.data<T>();
+    std::vector<float> row(n);
+    for (int64_t i = 0; i < outer; ++i) {
+      for (int64_t j = 0; j < inner; ++j) {
+        const T* src = x + i * n * inner + j;
+        T* dst = o + i * n * inner + j;
+        for (int64_t k = 0; k < n; ++k) row[k] = Load(src[k * inner]);
+        float mx = RowMax(row.data(), n, 1);
+        if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
+        if (log) {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < n; ++k) sum += Exp(row[k] - mx);
+          const float lse = mx + std::log(sum);
+          for (int64_t k = 0; k < n; ++k) dst[k * inner] = StoreAs<T>(row[k] - lse);
+        } else {
+          float sum = 0.0f;
+          for (int64_t k = 0; k < n; ++k) {
+            row[k] = Exp(row[k] - mx);
+            sum += row[k];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t k = 0; k < n; ++k) dst[k * inner] = StoreAs<T>(row[k] * inv);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace tpx::cpu

@@ -1,0 +1,56 @@
+#include "core/device_kernels.h"
+
+#include <array>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "core/cpu/cpu_kernels.h"
+#include "core/log.h"
+
+namespace tpx {
+namespace {
+
+// Indexed by DeviceType; written once per type at static initialisation.
+std::array<std::atomic<DeviceKernels*>, 2>& Registry() {
+  static std::array<std::atomic<DeviceKernels*>, 2> registry{};
+  return registry;
+}
+
+const char* LibraryFor(DeviceType type) {
+  return type == DeviceType::kCUDA ? "//core/cuda" : "//core:tensor";
+}
+
+}  // namespace
+
+void RegisterDeviceKernels(DeviceType type, DeviceKernels* kernels) {
+  DeviceKernels* expected = nullptr;
+  TPX_CHECK(Registry()[static_cast<size_t>(type)].compare_exchange_strong(expected, kernels))
+      << "kernels for device type " << static_cast<int>(type) << " registered twice";
+}
+
+DeviceKernels& CpuKernels() {
+  static cpu::CpuDeviceKernels* kernels = new cpu::CpuDeviceKernels();
+  return *kernels;
+}
+
+absl::StatusOr<DeviceKernels*> KernelsFor(Device device, const char* op) {
+  DeviceKernels* kernels = nullptr;
+  if (device.is_cpu()) {
+    kernels = &CpuKernels();
+  } else if (static_cast<size_t>(device.type) < Registry().size()) {
+    kernels = Registry()[static_cast<size_t>(device.type)].load();
+  }
+  if (kernels == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": ", device.ToString(), ": ", device.is_cuda() ? "CUDA" : "device",
+        " kernels are not linked into this program (depend on ", LibraryFor(device.type), ")"));
+  }
+  absl::Status usable = kernels->CheckDevice(device.index);
+  if (!usable.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(op, ": ", device.ToString(), ": ", usable.message()));
+  }
+  return kernels;
+}
+
+}  // namespace tpx

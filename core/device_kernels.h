@@ -1,0 +1,156 @@
+// The kernels behind Tensor and tpx::ops for one device type, and the
+// registry that maps a Device to them.
+//
+// Every public op (core/ops.h, Tensor copies and factories) checks its
+// arguments, works out broadcasting and allocates its output once, in shared
+// code, then calls the DeviceKernels of its tensors' device. So CPU and CUDA
+// share one dispatch, one set of error messages and one set of tests; a
+// device only supplies loops over arguments that are already valid.
+//
+//   TPX_ASSIGN_OR_RETURN(DeviceKernels* k, KernelsFor(x.device(), "Exp"));
+//   TPX_RETURN_IF_ERROR(k->Unary(UnaryOp::kExp, out, x, 0.0));
+//
+// The CPU kernels are always present. Other device types register theirs at
+// static initialisation from the library that implements them (CUDA:
+// //core/cuda, alwayslink); a program that does not link it gets a
+// FailedPrecondition naming the missing dependency.
+//
+// Contract for every kernel: all tensors are defined, on the device the
+// kernels belong to, of supported dtypes, and shaped as documented; kernels
+// may still fail (device errors) and say so in their Status. Work may be
+// queued asynchronously on the device's current stream: reading results on
+// the host goes through CopyToHost, which waits for it.
+#ifndef TPX_CORE_DEVICE_KERNELS_H_
+#define TPX_CORE_DEVICE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/allocator.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace tpx {
+
+enum class BinaryOp {
+  kAdd,  // a + alpha * b
+  kSub,
+  kMul,
+  kDiv,
+  kEq,  // comparisons: bool out, a and b of one dtype
+  kLt,
+  kGe,
+  kAnd,  // bool a, b, out
+  kOr,
+  kGeluBackward,  // a = upstream grad, b = x: grad * GELU'(x)
+};
+
+enum class UnaryOp {
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kTanh,
+  kRelu,  // NaN stays NaN
+  kGelu,  // exact: x * 0.5 * (1 + erf(x / sqrt(2)))
+  kNot,   // bool
+  kScale,      // x * scalar
+  kLtScalar,   // bool out: x < scalar, compared in double (exact for i64 ids)
+  kGeScalar,
+  kEqScalar,
+};
+
+enum class ReduceOp {
+  kSum,     // f32 accumulation for floating inputs; i64 for integer inputs
+  kMean,    // Sum / n
+  kMax,     // NaN propagates; n > 0
+  kArgmax,  // first index of the maximum (i64 out); n > 0
+};
+
+class DeviceKernels {
+ public:
+  virtual ~DeviceKernels() = default;
+
+  // ---- Device and memory. ----
+  // OK when device `index` of this type exists and works; otherwise a
+  // FailedPrecondition saying why (e.g. "no CUDA device visible").
+  virtual absl::Status CheckDevice(int index) = 0;
+  // Allocator for device `index` (CheckDevice passed).
+  virtual Allocator& allocator(int index) = 0;
+  // The stream ops on device `index` are queued on (a cudaStream_t for CUDA),
+  // for code that orders other work, e.g. a collective, after them. nullptr
+  // on the CPU, where ops finish before returning.
+  virtual void* CurrentStream(int index) = 0;
+  // Contiguous bytes between host memory and device memory; both return once
+  // the data has arrived, after the work already queued on the device.
+  virtual absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes,
+                                  int index) = 0;
+  virtual absl::Status CopyFromHost(void* device_dst, const void* host_src, size_t bytes,
+                                    int index) = 0;
+
+  // ---- Elementwise. Unless stated, every operand has out's shape: the
+  // caller expands broadcast operands (stride-0 views). Any strides. ----
+  // dst = src converted to dst's dtype.
+  virtual absl::Status Copy(const Tensor& dst, const Tensor& src) = 0;
+  // Every element of dst = value converted to dst's dtype.
+  virtual absl::Status Fill(const Tensor& dst, double value) = 0;
+  // out = a (op) b. Arithmetic (kAdd..kDiv): out and a share a dtype (not
+  // bool; kDiv floating); b has a's dtype, except for kAdd with a floating a,
+  // where b may be any dtype and is converted (f32 main_grad += bf16 grad).
+  // out may be a itself (in-place accumulation). Values are computed in f32
+  // for bf16/f16 and rounded once. alpha is used by kAdd only.
+  virtual absl::Status Binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b,
+                              double alpha) = 0;
+  // out = op(in). Floating ops keep in's dtype; out may be in itself.
+  // `scalar` is used by kScale and the *Scalar comparisons.
+  virtual absl::Status Unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar) = 0;
+  // out = cond ? a : b; cond is bool; out, a, b share a dtype.
+  virtual absl::Status Where(const Tensor& out, const Tensor& cond, const Tensor& a,
+                             const Tensor& b) = 0;
+
+  // ---- Reductions. `in` is contiguous and viewed as [outer, n, inner]; out
+  // is contiguous with outer * inner elements. ----
+  virtual absl::Status Reduce(ReduceOp op, const Tensor& out, const Tensor& in, int64_t outer,
+                              int64_t n, int64_t inner) = 0;
+  // Softmax (or log-softmax) over n; in and out contiguous [outer, n, inner],
+  // same floating dtype.
+  virtual absl::Status Softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t n,
+                               int64_t inner, bool log) = 0;
+
+  // ---- Gather / scatter-add along dim. Every tensor is contiguous; index
+  // is 1-D i32/i64 with every value already checked to be in [0, size(dim))
+  // of in (IndexSelect) or dst (IndexAdd). ----
+  // out has in's shape except out.size(dim) == index.numel(); same dtype.
+  virtual absl::Status IndexSelect(const Tensor& out, const Tensor& in, int64_t dim,
+                                   const Tensor& index) = 0;
+  // dst[.., index[i], ..] += src[.., i, ..]; repeated indices accumulate; src
+  // has dst's dtype and shape except size(dim) == index.numel(); dst is not
+  // bool.
+  virtual absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index,
+                                const Tensor& src) = 0;
+
+  // ---- Matrix product: tpx::Gemm (core/gemm.h) on device `index`'s memory. ----
+  virtual absl::Status Gemm(int index, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, DType ab_dtype, const void* a, int64_t lda,
+                            const void* b, int64_t ldb, float beta, DType c_dtype, void* c,
+                            int64_t ldc) = 0;
+};
+
+// Makes `kernels` serve every device of `type` (a static object; called once
+// at static initialisation). Registering a type twice is a programming error.
+void RegisterDeviceKernels(DeviceType type, DeviceKernels* kernels);
+
+// The kernels for `device` after DeviceKernels::CheckDevice; otherwise a
+// FailedPrecondition that names `op`, e.g. "Tensor::Empty: cuda:0: CUDA
+// kernels are not linked into this program (depend on //core/cuda)".
+absl::StatusOr<DeviceKernels*> KernelsFor(Device device, const char* op);
+
+// The CPU kernels (never fails).
+DeviceKernels& CpuKernels();
+
+}  // namespace tpx
+
+#endif  // TPX_CORE_DEVICE_KERNELS_H_
