@@ -104,7 +104,8 @@ absl::StatusOr<std::vector<Tensor>> RunFunction(Function& fn, std::vector<Tensor
     if (GraphAccess::MaterializesGrads(fn)) {
       for (size_t i = 0; i < grads.size(); ++i) {
         if (grads[i].defined()) continue;
-        TPX_ASSIGN_OR_RETURN(grads[i], Tensor::Zeros(fn.output_shape(i), fn.output_dtype(i)));
+        TPX_ASSIGN_OR_RETURN(grads[i], Tensor::Zeros(fn.output_shape(i), fn.output_dtype(i),
+                                                               fn.output_device(i)));
       }
     }
     absl::StatusOr<std::vector<Tensor>> result = fn.Backward(grads);
@@ -168,7 +169,7 @@ absl::Status RunBackward(absl::Span<const Variable> roots, absl::Span<const Tens
             absl::StrCat("Backward: root ", i, " ", root.ToString(),
                          " is not a single element; pass its grad_output"));
       }
-      TPX_ASSIGN_OR_RETURN(grad, Tensor::Ones(root.shape(), root.dtype()));
+      TPX_ASSIGN_OR_RETURN(grad, Tensor::Ones(root.shape(), root.dtype(), root.value().device()));
     } else if (grad.shape() != root.shape()) {
       return absl::InvalidArgumentError(absl::StrCat("Backward: grad_output ", grad.ToString(),
                                                      " does not match root ", i, " ",

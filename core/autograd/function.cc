@@ -71,6 +71,16 @@ const Shape& Function::output_shape(size_t i) const {
   return outputs_[i].shape;
 }
 
+Device Function::input_device(size_t i) const {
+  TPX_CHECK(i < inputs_.size()) << name() << ": input " << i << " of " << num_inputs();
+  return inputs_[i].device;
+}
+
+Device Function::output_device(size_t i) const {
+  TPX_CHECK(i < outputs_.size()) << name() << ": output " << i << " of " << num_outputs();
+  return outputs_[i].device;
+}
+
 DType Function::output_dtype(size_t i) const {
   TPX_CHECK(i < outputs_.size()) << name() << ": output " << i << " of " << num_outputs();
   return outputs_[i].dtype;
@@ -106,7 +116,7 @@ absl::StatusOr<std::vector<Variable>> ApplyMulti(std::shared_ptr<Function> fn,
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Variable& v = inputs[i];
     values.push_back(v.defined() ? v.value() : Tensor());
-    if (v.defined()) fn->inputs_[i] = {true, v.shape(), v.dtype()};
+    if (v.defined()) fn->inputs_[i] = {true, v.shape(), v.dtype(), v.value().device()};
     fn->needs_input_grad_[i] = record && v.requires_grad();
   }
 
@@ -128,7 +138,7 @@ absl::StatusOr<std::vector<Variable>> ApplyMulti(std::shared_ptr<Function> fn,
   for (const Variable& v : inputs) fn->next_edges_.push_back(GraphAccess::GradientEdge(v));
   fn->outputs_.resize(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (outs[i].defined()) fn->outputs_[i] = {true, outs[i].shape(), outs[i].dtype()};
+    if (outs[i].defined()) fn->outputs_[i] = {true, outs[i].shape(), outs[i].dtype(), outs[i].device()};
     auto impl = std::make_shared<VariableImpl>();
     impl->value = std::move(outs[i]);
     if (impl->value.defined() && IsFloatingPoint(impl->value.dtype())) {
@@ -172,16 +182,17 @@ void GraphAccess::ReleaseSaved(Function& fn) {
   fn.ReleaseSavedState();
 }
 
-void GraphAccess::MarkAccumulator(Function& fn, const Shape& shape, DType dtype) {
+void GraphAccess::MarkAccumulator(Function& fn, const Shape& shape, DType dtype, Device device) {
   fn.applied_ = true;
   fn.runs_without_grad_ = true;
   fn.materialize_grads_ = false;
   fn.sequence_nr_ = std::numeric_limits<uint64_t>::max();
-  fn.outputs_ = {{true, shape, dtype}};
+  fn.outputs_ = {{true, shape, dtype, device}};
 }
 
 AccumulateGrad::AccumulateGrad(std::shared_ptr<VariableImpl> leaf) : leaf_(std::move(leaf)) {
-  GraphAccess::MarkAccumulator(*this, leaf_->value.shape(), leaf_->value.dtype());
+  GraphAccess::MarkAccumulator(*this, leaf_->value.shape(), leaf_->value.dtype(),
+                               leaf_->value.device());
 }
 
 std::string AccumulateGrad::name() const {

@@ -91,6 +91,8 @@ class Function {
   DType input_dtype(size_t i) const;
   const Shape& output_shape(size_t i) const;
   DType output_dtype(size_t i) const;
+  Device input_device(size_t i) const;
+  Device output_device(size_t i) const;
 
   // Order of creation; later Functions run earlier in Backward when several
   // are ready.
@@ -121,6 +123,7 @@ class Function {
     bool defined = false;
     Shape shape;
     DType dtype = DType::kF32;
+    Device device;
   };
   // Hooks registered on the non-leaf Variables this Function produced.
   struct OutputHook {

@@ -26,7 +26,7 @@ absl::StatusOr<Tensor> LayerNormForward(const Tensor& x, const Tensor& weight, c
   TPX_ASSIGN_OR_RETURN(Tensor var, ops::Mean(sq, -1, /*keepdim=*/true));
   TPX_ASSIGN_OR_RETURN(Tensor var_eps, ops::AddScalar(var, eps));
   TPX_ASSIGN_OR_RETURN(Tensor std, ops::Sqrt(var_eps));
-  TPX_ASSIGN_OR_RETURN(Tensor one, Tensor::Scalar(1.0));
+  TPX_ASSIGN_OR_RETURN(Tensor one, Tensor::Full({}, 1.0, DType::kF32, xf.device()));
   TPX_ASSIGN_OR_RETURN(Tensor rstd, ops::Div(one, std));
   TPX_ASSIGN_OR_RETURN(Tensor xhat, ops::Mul(xc, rstd));
   Tensor y = xhat;

@@ -84,7 +84,7 @@ class GraphAccess {
   static bool MaterializesGrads(const Function& fn) { return fn.materialize_grads_; }
   static bool SavedReleased(const Function& fn) { return fn.saved_released_ && fn.had_saved_; }
   static void ReleaseSaved(Function& fn);
-  static void MarkAccumulator(Function& fn, const Shape& shape, DType dtype);
+  static void MarkAccumulator(Function& fn, const Shape& shape, DType dtype, Device device);
 };
 
 }  // namespace tpx::autograd_internal
