@@ -116,6 +116,8 @@ absl::StatusOr<std::vector<Variable>> Checkpoint(ag::RecomputeFn fn,
     return absl::InvalidArgumentError(
         "Checkpoint: distribute_saved_activations needs a defined first input");
   }
+  // Its pieces travel through the communicator's host-buffer all-gather.
+  TPX_RETURN_IF_ERROR(RequireCpu(inputs[0].value(), "Checkpoint"));
   auto d = std::make_shared<DistributedInput>();
   d->tp = tp;
   d->shape = inputs[0].shape();

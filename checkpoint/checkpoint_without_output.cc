@@ -69,11 +69,13 @@ class CheckpointWithoutOutputFn final : public Function {
     TPX_ASSIGN_OR_RETURN(std::vector<Variable> out, state_->fn(args));  // grad mode off
     std::vector<Tensor> values;
     for (const Variable& v : out) {
-      if (v.defined() && (!v.value().is_contiguous() || v.value().device().is_cuda())) {
+      if (v.defined() && !v.value().is_contiguous()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "CheckpointWithoutOutput: block outputs must be contiguous CPU tensors, got ",
+            "CheckpointWithoutOutput: block outputs must be contiguous, got ",
             v.value().ToString()));
       }
+      // Discarding releases the outputs' host pages.
+      if (v.defined()) TPX_RETURN_IF_ERROR(RequireCpu(v.value(), "CheckpointWithoutOutput"));
       values.push_back(v.defined() ? v.value() : Tensor());
     }
     state_->inputs.assign(in.begin(), in.end());

@@ -233,6 +233,7 @@ class VocabParallelCrossEntropyFn final : public Function {
 
   absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> grads) override {
     const Tensor& logits = saved(0);
+    TPX_RETURN_IF_ERROR(RequireCpu(grads[0], "VocabParallelCrossEntropy backward"));
     TPX_ASSIGN_OR_RETURN(Tensor g32, grads[0].To(DType::kF32));
     TPX_ASSIGN_OR_RETURN(Tensor g, g32.Contiguous());
     Tensor dx = logits;
@@ -295,10 +296,9 @@ class VocabParallelCrossEntropyFn final : public Function {
   absl::Status Setup(const Tensor& logits) {
     rank_ = tp_ != nullptr ? tp_->rank() : 0;
     tp_size_ = tp_ != nullptr ? tp_->size() : 1;
-    if (logits.dim() < 1 || !logits.is_contiguous() || !IsFloatingPoint(logits.dtype()) ||
-        logits.device().is_cuda()) {
+    if (logits.dim() < 1 || !logits.is_contiguous() || !IsFloatingPoint(logits.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(
-          Where(), ": logits must be contiguous floating CPU [..., v_local], got ",
+          Where(), ": logits must be contiguous floating [..., v_local], got ",
           logits.ToString()));
     }
     const Shape want(logits.shape().begin(), logits.shape().end() - 1);
@@ -388,6 +388,10 @@ class VocabParallelCrossEntropyFn final : public Function {
 absl::StatusOr<Variable> VocabParallelCrossEntropy(const Variable& logits, const Tensor& target,
                                                    comm::Communicator* tp,
                                                    const CrossEntropyOptions& options) {
+  // The per-token passes read the logits on the host.
+  if (logits.defined()) {
+    TPX_RETURN_IF_ERROR(RequireCpu(logits.value(), "VocabParallelCrossEntropy"));
+  }
   return Apply(std::make_shared<VocabParallelCrossEntropyFn>(target, tp, options), {logits});
 }
 

@@ -48,9 +48,10 @@ struct CrossEntropyOptions {
 
 // logits: [..., v_local] f32/bf16/f16 contiguous CPU; target: logits' shape
 // without the last dim, i64 or i32. tp may be null (one rank). Returns the
-// per-token loss (f32, target's shape). Errors: shapes/dtypes; a target
-// outside [0, K) other than ignore_index (names the first such position);
-// vocab size not matching the shards; communication failures.
+// per-token loss (f32, target's shape). Errors: shapes/dtypes; logits (or,
+// in Backward, the loss gradient) not on the CPU (FailedPrecondition); a
+// target outside [0, K) other than ignore_index (names the first such
+// position); vocab size not matching the shards; communication failures.
 absl::StatusOr<Variable> VocabParallelCrossEntropy(const Variable& logits, const Tensor& target,
                                                    comm::Communicator* tp,
                                                    const CrossEntropyOptions& options = {});

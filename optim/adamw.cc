@@ -27,6 +27,8 @@ absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions opti
           "AdamW: parameter ", i, " ('", v.name(), "', ", v.value().ToString(),
           ") must be a contiguous f32 leaf that requires grad"));
     }
+    // Step updates the parameter and its moments on the host.
+    TPX_RETURN_IF_ERROR(RequireCpu(v.value(), "AdamW"));
     TPX_ASSIGN_OR_RETURN(Tensor m, Tensor::Zeros(v.shape()));
     TPX_ASSIGN_OR_RETURN(Tensor s, Tensor::Zeros(v.shape()));
     opt.exp_avg_.push_back(std::move(m));
@@ -37,9 +39,10 @@ absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions opti
 }
 
 absl::Status AdamW::Step(double lr) {
-  ++steps_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Variable& v = params_[i].var;
+  // Every gradient is checked before any parameter changes, so a failed step
+  // leaves the optimizer and the parameters as they were.
+  for (const Param& param : params_) {
+    const Variable& v = param.var;
     const Tensor& g_t = v.grad();
     if (!g_t.defined()) continue;
     if (g_t.shape() != v.shape()) {
@@ -47,6 +50,13 @@ absl::Status AdamW::Step(double lr) {
                                                      g_t.ToString(), " but the parameter is ",
                                                      v.value().ToString()));
     }
+    TPX_RETURN_IF_ERROR(RequireCpu(g_t, "AdamW::Step"));
+  }
+  ++steps_;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Variable& v = params_[i].var;
+    const Tensor& g_t = v.grad();
+    if (!g_t.defined()) continue;
     TPX_ASSIGN_OR_RETURN(Tensor g_c, g_t.To(DType::kF32));  // contiguous f32
     const int64_t t = ++param_steps_[i];
     const double b1 = options_.beta1, b2 = options_.beta2;

@@ -44,11 +44,13 @@ class AdamW {
   };
 
   // Errors: a parameter that is not a contiguous f32 leaf requiring grad;
-  // betas outside [0, 1); eps or weight_decay negative.
+  // a parameter not on the CPU (FailedPrecondition); betas outside [0, 1);
+  // eps or weight_decay negative.
   static absl::StatusOr<AdamW> Create(std::vector<Param> params, AdamWOptions options = {});
 
   // One update with learning rate `lr` from each parameter's grad().
-  // Error: a gradient whose shape/dtype differs from its parameter.
+  // Errors (nothing updated): a gradient whose shape differs from its
+  // parameter; a gradient not on the CPU (FailedPrecondition).
   absl::Status Step(double lr);
   // Clears every parameter's gradient.
   void ZeroGrad();

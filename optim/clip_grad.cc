@@ -10,6 +10,11 @@ namespace tpx::optim {
 
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp) {
+  // The squares are summed on the host. Every gradient is checked, also the
+  // duplicates this rank skips, so all ranks fail alike before the collective.
+  for (const ClipParam& p : params) {
+    TPX_RETURN_IF_ERROR(RequireCpu(p.var.grad(), "GlobalGradNorm"));
+  }
   const bool count_duplicates = tp == nullptr || tp->rank() == 0;
   double sum_sq = 0;
   for (const ClipParam& p : params) {

@@ -32,13 +32,15 @@ struct ClipParam {
 };
 
 // The L2 norm of all gradients (undefined grads count as zero). tp may be
-// null (a single rank). Collective over tp.
+// null (a single rank). Collective over tp. Error: a gradient not on the CPU
+// (FailedPrecondition).
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp);
 
 // Scales every gradient by max_norm / (norm + 1e-6) when the global norm
 // exceeds max_norm; returns the norm before clipping. Collective over tp.
-// Error: max_norm <= 0, or a non-finite norm (gradients left untouched).
+// Error: max_norm <= 0, GlobalGradNorm's errors, or a non-finite norm
+// (gradients left untouched).
 absl::StatusOr<double> ClipGradNorm(absl::Span<const ClipParam> params, double max_norm,
                                     comm::Communicator* tp);
 

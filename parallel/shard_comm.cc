@@ -37,7 +37,6 @@ std::vector<int64_t> Displacements(absl::Span<const int64_t> counts) {
 }
 
 PendingTensor Failed(absl::Status status) { return PendingTensor(comm::Work(std::move(status)), {}); }
-
 }  // namespace
 
 absl::StatusOr<Tensor> PendingTensor::Wait() {
@@ -113,7 +112,7 @@ absl::StatusOr<Tensor> PackPiecesAlongDim(const Tensor& t, int64_t dim,
                                           absl::Span<const int64_t> sizes) {
   TPX_ASSIGN_OR_RETURN(dim, NormalizeDim(dim, t.dim(), "PackPiecesAlongDim"));
   if (dim == 0 && t.is_contiguous()) return t.View({t.numel()});
-  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({t.numel()}, t.dtype()));
+  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({t.numel()}, t.dtype(), t.device()));
   int64_t start = 0, offset = 0;
   for (int64_t s : sizes) {
     TPX_ASSIGN_OR_RETURN(Tensor piece, t.Narrow(dim, start, s));
@@ -155,6 +154,7 @@ PendingTensor StartAllGatherAlongDim(comm::Communicator& comm, const Tensor& loc
   auto send = local.Contiguous();
   if (!send.ok()) return Failed(send.status());
   if (comm.size() == 1) return PendingTensor(comm::Work(), *send);
+  if (absl::Status cpu = RequireCpu(local, "AllGatherAlongDim"); !cpu.ok()) return Failed(cpu);
   std::vector<Shape> shapes = PieceShapes(local.shape(), *d, sizes);
   std::vector<int64_t> counts = PieceNumels(local.shape(), *d, sizes);
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
@@ -185,6 +185,7 @@ PendingTensor StartReduceScatterAlongDim(comm::Communicator& comm, const Tensor&
     if (!c.ok()) return Failed(c.status());
     return PendingTensor(comm::Work(), *c);
   }
+  if (absl::Status cpu = RequireCpu(full, "ReduceScatterAlongDim"); !cpu.ok()) return Failed(cpu);
   Tensor src = full;
   if (accumulate_f32 && out_dtype != DType::kF32) {
     auto f = full.To(DType::kF32);
@@ -214,6 +215,7 @@ absl::StatusOr<Tensor> ReduceScatterAlongDim(comm::Communicator& comm, const Ten
 
 PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t, bool in_place) {
   if (comm.size() == 1) return PendingTensor(comm::Work(), t);
+  if (absl::Status cpu = RequireCpu(t, "AllReduce"); !cpu.ok()) return Failed(cpu);
   if (in_place && !t.is_contiguous()) {
     return Failed(absl::InvalidArgumentError("AllReduce in place needs a contiguous tensor"));
   }
@@ -233,6 +235,7 @@ absl::StatusOr<Tensor> AllToAllAlongDims(comm::Communicator& comm, const Tensor&
                                          const std::vector<Shape>& recv_shapes,
                                          int64_t recv_dim) {
   TPX_ASSIGN_OR_RETURN(send_dim, NormalizeDim(send_dim, input.dim(), "AllToAll"));
+  TPX_RETURN_IF_ERROR(RequireCpu(input, "AllToAll"));
   TPX_ASSIGN_OR_RETURN(Tensor packed, PackPiecesAlongDim(input, send_dim, send_sizes));
   std::vector<int64_t> send_counts = PieceNumels(input.shape(), send_dim, send_sizes);
   std::vector<int64_t> recv_counts;
@@ -249,6 +252,7 @@ absl::StatusOr<Tensor> AllToAllAlongDims(comm::Communicator& comm, const Tensor&
 absl::StatusOr<Tensor> GatherAlongDim(comm::Communicator& comm, const Tensor& local, int64_t dim,
                                       absl::Span<const int64_t> sizes, int root) {
   TPX_ASSIGN_OR_RETURN(dim, NormalizeDim(dim, local.dim(), "GatherAlongDim"));
+  TPX_RETURN_IF_ERROR(RequireCpu(local, "GatherAlongDim"));
   TPX_ASSIGN_OR_RETURN(Tensor send, local.Contiguous());
   const bool is_root = comm.rank() == root;
   std::vector<int64_t> counts = PieceNumels(local.shape(), dim, sizes);
@@ -264,6 +268,9 @@ absl::StatusOr<Tensor> GatherAlongDim(comm::Communicator& comm, const Tensor& lo
 absl::StatusOr<Tensor> ScatterAlongDim(comm::Communicator& comm, const Tensor& full, int64_t dim,
                                        absl::Span<const int64_t> sizes, int root) {
   TPX_ASSIGN_OR_RETURN(dim, NormalizeDim(dim, full.dim(), "ScatterAlongDim"));
+  // Checked on every rank (not only the root, whose data is sent) so that
+  // all ranks fail alike instead of some waiting in the collective.
+  TPX_RETURN_IF_ERROR(RequireCpu(full, "ScatterAlongDim"));
   const bool is_root = comm.rank() == root;
   Tensor packed;
   if (is_root) {

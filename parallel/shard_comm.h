@@ -15,6 +15,9 @@
 // dim (use ops::SplitSizes(n, world) for the library's uneven rule).
 // The Start... functions return a PendingTensor: the collective runs in the
 // background (the UCX backend progresses it on its own thread) until Wait().
+// Devices: the data moves through the communicator's host-buffer collectives,
+// so a function that calls the communicator needs CPU tensors and returns
+// FailedPrecondition (through Wait() for the Start... forms) otherwise.
 #ifndef TPX_PARALLEL_SHARD_COMM_H_
 #define TPX_PARALLEL_SHARD_COMM_H_
 

@@ -42,7 +42,8 @@ absl::StatusOr<Tensor> SplitTensorInto1DEqualChunks(const Tensor& t, int rank, i
 absl::StatusOr<Tensor> GatherSplit1DTensor(comm::Communicator& comm, const Tensor& chunk) {
   TPX_ASSIGN_OR_RETURN(Tensor src, chunk.Reshape({chunk.numel()}));
   TPX_ASSIGN_OR_RETURN(src, src.Contiguous());
-  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({chunk.numel() * comm.size()}, chunk.dtype()));
+  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({chunk.numel() * comm.size()}, chunk.dtype(),
+                                                  chunk.device()));
   TPX_RETURN_IF_ERROR(comm.AllGather(src, out).Wait());
   return out;
 }

@@ -54,6 +54,7 @@ class DropoutFn final : public Function {
     return std::vector<Tensor>{y};
   }
   absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
+    TPX_RETURN_IF_ERROR(RequireCpu(g[0], "Dropout backward"));
     TPX_ASSIGN_OR_RETURN(Tensor dx, ApplyMask(g[0], keep_, Scale()));
     return std::vector<Tensor>{dx};
   }
@@ -102,6 +103,8 @@ absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training,
     return absl::InvalidArgumentError(
         absl::StrCat("Dropout: needs a floating tensor, got ", x.value().ToString()));
   }
+  // The mask is applied on the host; checked before the mask draws a stream.
+  TPX_RETURN_IF_ERROR(RequireCpu(x.value(), "Dropout"));
   return Apply(std::make_shared<DropoutFn>(p, shard), {x});
 }
 

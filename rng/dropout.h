@@ -19,7 +19,8 @@
 
 namespace tpx::rng {
 
-// Errors: p outside [0, 1); x not floating CPU; shard not matching x.
+// Errors: p outside [0, 1); x not floating; x (or, in Backward, its
+// gradient) not on the CPU (FailedPrecondition); shard not matching x.
 absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training = true,
                                  const ShardSpec* shard = nullptr);
 

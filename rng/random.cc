@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
+#include "core/status_macros.h"
 #include "rng/philox.h"
 
 namespace tpx::rng {
@@ -61,12 +62,13 @@ namespace {
 template <typename FillF32>
 absl::Status FillTensor(const Tensor& t, Generator& gen, const ShardSpec* shard, const char* op,
                         FillF32 fill_f32) {
-  if (!t.defined() || !t.is_contiguous() || !IsFloatingPoint(t.dtype()) ||
-      t.device().is_cuda()) {
+  if (!t.defined() || !t.is_contiguous() || !IsFloatingPoint(t.dtype())) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": needs a defined contiguous floating CPU tensor, got ",
+        absl::StrCat(op, ": needs a defined contiguous floating tensor, got ",
                      t.defined() ? t.ToString() : std::string("undefined")));
   }
+  // Filled on the host; checked before the draw takes a stream.
+  TPX_RETURN_IF_ERROR(RequireCpu(t, op));
   const uint64_t stream = gen.NextStream();
   std::vector<float> tmp;
   return ForEachGlobalRun(t.shape(), shard, op, [&](int64_t local, int64_t global, int64_t n) {

@@ -32,7 +32,9 @@ absl::StatusOr<Tensor> RunStep(const Tensor& in, const RedistributeStep& step,
       return out;
     }
     case StepKind::kReduceScatter: {
-      // Any Partial reduction (the shared helper reduces with sum only).
+      // Any Partial reduction (the shared helper reduces with sum only),
+      // through the communicator's host-buffer form.
+      TPX_RETURN_IF_ERROR(RequireCpu(in, "reduce-scatter"));
       TPX_ASSIGN_OR_RETURN(Tensor send,
                            parallel::PackPiecesAlongDim(in, step.split_dim, step.split_sizes));
       TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(step.output_shape, in.dtype()));
