@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "core/cuda/device_guard.h"
+
 namespace tpx::cuda {
 namespace {
 
@@ -32,10 +34,8 @@ void* CudaCachingAllocator::Allocate(size_t bytes) {
     ptr = it->second.back();
     it->second.pop_back();
   } else {
-    if (cudaSetDevice(device_) != cudaSuccess) {
-      cudaGetLastError();
-      return nullptr;
-    }
+    DeviceGuard guard(device_);  // the caller's current device is left alone
+    if (!guard.status().ok()) return nullptr;
     cudaError_t rc = cudaMalloc(&ptr, size);
     if (rc == cudaErrorMemoryAllocation) {
       // Cached blocks of other sizes may be what fills the device.
@@ -70,7 +70,7 @@ void CudaCachingAllocator::Deallocate(void* ptr, size_t bytes) {
 void CudaCachingAllocator::EmptyCache() {
   std::lock_guard<std::mutex> lock(mu_);
   if (cache_.empty()) return;
-  cudaSetDevice(device_);
+  DeviceGuard guard(device_);
   for (auto& [size, blocks] : cache_) {
     for (void* block : blocks) cudaFree(block);
     stats_.reserved_bytes -= static_cast<int64_t>(size * blocks.size());

@@ -1,0 +1,46 @@
+// The elementwise and reduction ops a device's kernels implement
+// (core/device_kernels.h). Dependency-free, so nvcc-compiled kernels share
+// these names with the C++ side.
+#ifndef TPX_CORE_KERNEL_OPS_H_
+#define TPX_CORE_KERNEL_OPS_H_
+
+namespace tpx {
+
+enum class BinaryOp {
+  kAdd,  // a + alpha * b
+  kSub,
+  kMul,
+  kDiv,
+  kEq,  // comparisons: bool out, a and b of one dtype
+  kLt,
+  kGe,
+  kAnd,  // bool a, b, out
+  kOr,
+  kGeluBackward,  // a = upstream grad, b = x: grad * GELU'(x)
+};
+
+enum class UnaryOp {
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kTanh,
+  kRelu,  // NaN stays NaN
+  kGelu,  // exact: x * 0.5 * (1 + erf(x / sqrt(2)))
+  kNot,   // bool
+  kScale,      // x * scalar
+  kLtScalar,   // bool out: x < scalar, compared in double (exact for i64 ids)
+  kGeScalar,
+  kEqScalar,
+};
+
+enum class ReduceOp {
+  kSum,     // f32 accumulation for floating inputs; i64 for integer inputs
+  kMean,    // Sum / n
+  kMax,     // NaN propagates; n > 0
+  kArgmax,  // first index of the maximum (i64 out); n > 0
+};
+
+}  // namespace tpx
+
+#endif  // TPX_CORE_KERNEL_OPS_H_
