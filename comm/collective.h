@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace tpx::comm {
@@ -62,6 +63,13 @@ struct CollectiveArgs {
   // unknown (raw pointers: the caller vouches for the size).
   int64_t send_capacity = -1;
   int64_t recv_capacity = -1;
+  // Where send/recv live. CPU: host memory (raw pointers: whatever the
+  // backend accepts). A CUDA device (the Tensor forms on CUDA tensors; the
+  // backend must take device memory): the op starts after the work queued
+  // on `stream` (a cudaStream_t), and Work::Wait() orders the device's
+  // current stream after the op instead of blocking the host.
+  Device device = Device::CPU();
+  void* stream = nullptr;
 };
 
 // Whether `kind` reduces values (and therefore needs an arithmetic dtype).

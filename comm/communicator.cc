@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "comm/make_collective.h"
 #include "comm/validate.h"
 #include "core/status_macros.h"
 
@@ -36,30 +37,28 @@ Work Communicator::Issue(CollectiveArgs args) {
   return Post(args);
 }
 
-Work Communicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+namespace internal {
+
+CollectiveArgs MakeAllReduce(const void* send, void* recv, int64_t count, DType dtype,
                              ReduceOp op) {
   CollectiveArgs a = Make(K::kAllReduce, "all_reduce", dtype);
   a.send = send;
   a.recv = recv;
   a.count = count;
   a.op = op;
-  return Issue(std::move(a));
+  return a;
 }
 
-Work Communicator::AllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op) {
-  return AllReduce(buffer, buffer, count, dtype, op);
-}
-
-Work Communicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+CollectiveArgs MakeBroadcast(void* buffer, int64_t count, DType dtype, int root) {
   CollectiveArgs a = Make(K::kBroadcast, "broadcast", dtype);
   a.send = buffer;
   a.recv = buffer;
   a.count = count;
   a.peer = root;
-  return Issue(std::move(a));
+  return a;
 }
 
-Work Communicator::Reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+CollectiveArgs MakeReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
                           int root) {
   CollectiveArgs a = Make(K::kReduce, "reduce", dtype);
   a.send = send;
@@ -67,7 +66,142 @@ Work Communicator::Reduce(const void* send, void* recv, int64_t count, DType dty
   a.count = count;
   a.op = op;
   a.peer = root;
-  return Issue(std::move(a));
+  return a;
+}
+
+CollectiveArgs MakeAllGather(const void* send, void* recv, int64_t count, DType dtype, int size) {
+  CollectiveArgs a = Make(K::kAllGatherV, "all_gather", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.recv_counts = Uniform(size, count);
+  return a;
+}
+
+CollectiveArgs MakeAllGatherV(const void* send, void* recv, Counts recv_counts,
+                              Counts recv_displs, DType dtype) {
+  CollectiveArgs a = Make(K::kAllGatherV, "all_gather_v", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.recv_counts = ToVector(recv_counts);
+  a.recv_displs = ToVector(recv_displs);
+  return a;
+}
+
+CollectiveArgs MakeReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype,
+                                 ReduceOp op, int size) {
+  CollectiveArgs a = Make(K::kReduceScatterV, "reduce_scatter", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.op = op;
+  a.send_counts = Uniform(size, recv_count);
+  return a;
+}
+
+CollectiveArgs MakeReduceScatterV(const void* send, void* recv, Counts send_counts,
+                                  Counts send_displs, DType dtype, ReduceOp op) {
+  CollectiveArgs a = Make(K::kReduceScatterV, "reduce_scatter_v", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.op = op;
+  a.send_counts = ToVector(send_counts);
+  a.send_displs = ToVector(send_displs);
+  return a;
+}
+
+CollectiveArgs MakeGather(const void* send, void* recv, int64_t count, DType dtype, int root,
+                          int rank, int size) {
+  CollectiveArgs a = Make(K::kGatherV, "gather", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.peer = root;
+  if (rank == root) a.recv_counts = Uniform(size, count);
+  return a;
+}
+
+CollectiveArgs MakeScatter(const void* send, void* recv, int64_t count, DType dtype, int root,
+                           int rank, int size) {
+  CollectiveArgs a = Make(K::kScatterV, "scatter", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.peer = root;
+  if (rank == root) a.send_counts = Uniform(size, count);
+  return a;
+}
+
+CollectiveArgs MakeAllToAll(const void* send, void* recv, int64_t count, DType dtype, int size) {
+  CollectiveArgs a = Make(K::kAllToAllV, "all_to_all", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.count = count;
+  a.send_counts = Uniform(size, count);
+  a.recv_counts = Uniform(size, count);
+  return a;
+}
+
+CollectiveArgs MakeAllToAllV(const void* send, Counts send_counts, Counts send_displs,
+                             void* recv, Counts recv_counts, Counts recv_displs, DType dtype) {
+  CollectiveArgs a = Make(K::kAllToAllV, "all_to_all_v", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.send_counts = ToVector(send_counts);
+  a.send_displs = ToVector(send_displs);
+  a.recv_counts = ToVector(recv_counts);
+  a.recv_displs = ToVector(recv_displs);
+  return a;
+}
+
+CollectiveArgs MakeSend(const void* buffer, int64_t count, DType dtype, int peer, int tag) {
+  CollectiveArgs a = Make(K::kSend, "send", dtype);
+  a.send = buffer;
+  a.count = count;
+  a.peer = peer;
+  a.tag = tag;
+  return a;
+}
+
+CollectiveArgs MakeRecv(void* buffer, int64_t count, DType dtype, int peer, int tag) {
+  CollectiveArgs a = Make(K::kRecv, "recv", dtype);
+  a.recv = buffer;
+  a.count = count;
+  a.peer = peer;
+  a.tag = tag;
+  return a;
+}
+
+}  // namespace internal
+
+using internal::MakeAllGather;
+using internal::MakeAllGatherV;
+using internal::MakeAllReduce;
+using internal::MakeAllToAll;
+using internal::MakeAllToAllV;
+using internal::MakeBroadcast;
+using internal::MakeGather;
+using internal::MakeRecv;
+using internal::MakeReduce;
+using internal::MakeReduceScatter;
+using internal::MakeReduceScatterV;
+using internal::MakeScatter;
+using internal::MakeSend;
+
+Work Communicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype,
+                             ReduceOp op) {
+  return Issue(MakeAllReduce(send, recv, count, dtype, op));
+}
+
+Work Communicator::AllReduce(void* buffer, int64_t count, DType dtype, ReduceOp op) {
+  return AllReduce(buffer, buffer, count, dtype, op);
+}
+
+Work Communicator::Broadcast(void* buffer, int64_t count, DType dtype, int root) {
+  return Issue(MakeBroadcast(buffer, count, dtype, root));
+}
+
+Work Communicator::Reduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op,
+                          int root) {
+  return Issue(MakeReduce(send, recv, count, dtype, op, root));
 }
 
 Work Communicator::Reduce(void* buffer, int64_t count, DType dtype, ReduceOp op, int root) {
@@ -75,11 +209,7 @@ Work Communicator::Reduce(void* buffer, int64_t count, DType dtype, ReduceOp op,
 }
 
 Work Communicator::AllGather(const void* send, void* recv, int64_t count, DType dtype) {
-  CollectiveArgs a = Make(K::kAllGatherV, "all_gather", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.recv_counts = Uniform(size(), count);
-  return Issue(std::move(a));
+  return Issue(MakeAllGather(send, recv, count, dtype, size()));
 }
 
 Work Communicator::AllGather(void* recv, int64_t count, DType dtype) {
@@ -92,43 +222,21 @@ Work Communicator::AllGather(void* recv, int64_t count, DType dtype) {
 
 Work Communicator::AllGatherV(const void* send, void* recv, Counts recv_counts,
                               Counts recv_displs, DType dtype) {
-  CollectiveArgs a = Make(K::kAllGatherV, "all_gather_v", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.recv_counts = ToVector(recv_counts);
-  a.recv_displs = ToVector(recv_displs);
-  return Issue(std::move(a));
+  return Issue(MakeAllGatherV(send, recv, recv_counts, recv_displs, dtype));
 }
 
 Work Communicator::ReduceScatter(const void* send, void* recv, int64_t recv_count, DType dtype,
                                  ReduceOp op) {
-  CollectiveArgs a = Make(K::kReduceScatterV, "reduce_scatter", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.op = op;
-  a.send_counts = Uniform(size(), recv_count);
-  return Issue(std::move(a));
+  return Issue(MakeReduceScatter(send, recv, recv_count, dtype, op, size()));
 }
 
 Work Communicator::ReduceScatterV(const void* send, void* recv, Counts send_counts,
                                   Counts send_displs, DType dtype, ReduceOp op) {
-  CollectiveArgs a = Make(K::kReduceScatterV, "reduce_scatter_v", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.op = op;
-  a.send_counts = ToVector(send_counts);
-  a.send_displs = ToVector(send_displs);
-  return Issue(std::move(a));
+  return Issue(MakeReduceScatterV(send, recv, send_counts, send_displs, dtype, op));
 }
 
 Work Communicator::Gather(const void* send, void* recv, int64_t count, DType dtype, int root) {
-  CollectiveArgs a = Make(K::kGatherV, "gather", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.peer = root;
-  if (rank() == root) a.recv_counts = Uniform(size(), count);
-  return Issue(std::move(a));
+  return Issue(MakeGather(send, recv, count, dtype, root, rank(), size()));
 }
 
 Work Communicator::GatherV(const void* send, int64_t send_count, void* recv, Counts recv_counts,
@@ -146,13 +254,7 @@ Work Communicator::GatherV(const void* send, int64_t send_count, void* recv, Cou
 }
 
 Work Communicator::Scatter(const void* send, void* recv, int64_t count, DType dtype, int root) {
-  CollectiveArgs a = Make(K::kScatterV, "scatter", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.peer = root;
-  if (rank() == root) a.send_counts = Uniform(size(), count);
-  return Issue(std::move(a));
+  return Issue(MakeScatter(send, recv, count, dtype, root, rank(), size()));
 }
 
 Work Communicator::ScatterV(const void* send, Counts send_counts, Counts send_displs, void* recv,
@@ -170,43 +272,21 @@ Work Communicator::ScatterV(const void* send, Counts send_counts, Counts send_di
 }
 
 Work Communicator::AllToAll(const void* send, void* recv, int64_t count, DType dtype) {
-  CollectiveArgs a = Make(K::kAllToAllV, "all_to_all", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.count = count;
-  a.send_counts = Uniform(size(), count);
-  a.recv_counts = Uniform(size(), count);
-  return Issue(std::move(a));
+  return Issue(MakeAllToAll(send, recv, count, dtype, size()));
 }
 
 Work Communicator::AllToAllV(const void* send, Counts send_counts, Counts send_displs, void* recv,
                              Counts recv_counts, Counts recv_displs, DType dtype) {
-  CollectiveArgs a = Make(K::kAllToAllV, "all_to_all_v", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.send_counts = ToVector(send_counts);
-  a.send_displs = ToVector(send_displs);
-  a.recv_counts = ToVector(recv_counts);
-  a.recv_displs = ToVector(recv_displs);
-  return Issue(std::move(a));
+  return Issue(
+      MakeAllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype));
 }
 
 Work Communicator::Send(const void* buffer, int64_t count, DType dtype, int peer, int tag) {
-  CollectiveArgs a = Make(K::kSend, "send", dtype);
-  a.send = buffer;
-  a.count = count;
-  a.peer = peer;
-  a.tag = tag;
-  return Issue(std::move(a));
+  return Issue(MakeSend(buffer, count, dtype, peer, tag));
 }
 
 Work Communicator::Recv(void* buffer, int64_t count, DType dtype, int peer, int tag) {
-  CollectiveArgs a = Make(K::kRecv, "recv", dtype);
-  a.recv = buffer;
-  a.count = count;
-  a.peer = peer;
-  a.tag = tag;
-  return Issue(std::move(a));
+  return Issue(MakeRecv(buffer, count, dtype, peer, tag));
 }
 
 Work Communicator::Barrier() { return Issue(Make(K::kBarrier, "barrier", DType::kI32)); }

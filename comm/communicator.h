@@ -18,6 +18,22 @@
 // Layouts: counts and displacements are in elements. An empty displacement
 // vector means "packed" (displs = exclusive prefix sum of counts). Ranks
 // may contribute zero elements.
+//
+// CUDA tensors: a backend that works on device memory (device_memory(): a
+// plugin with stream_wait, e.g. nccl) takes CUDA tensors in the Tensor forms.
+// The op is queued after the work already on the tensors' device's current
+// stream (KernelsFor(device)->CurrentStream()), runs on the backend's own
+// stream, and Work::Wait() makes the current stream wait for it without
+// blocking the host (comm/work.h). The tensors must stay alive until Wait()
+// returned.
+//
+//   TPX_ASSIGN_OR_RETURN(Tensor g, Tensor::Empty({n}, DType::kF32, Device::CUDA(rank)));
+//   TPX_RETURN_IF_ERROR(tp->AllReduce(g, ReduceOp::kSum).Wait());  // stream-ordered
+//
+// Host-only backends (ucx) reject CUDA tensors with InvalidArgument ("ucx
+// backend takes CPU tensors; input is cuda:0 f32[4]"), as do all backends
+// for tensors of one op on different devices or a CUDA tensor on another
+// device than the communicator's. CPU tensors work with every backend.
 #ifndef TPX_COMM_COMMUNICATOR_H_
 #define TPX_COMM_COMMUNICATOR_H_
 
@@ -47,6 +63,11 @@ class Communicator {
   virtual const std::string& name() const = 0;
   // Backend name, e.g. "ucx".
   virtual const std::string& backend() const = 0;
+  // Whether the backend works on CUDA device memory (takes CUDA tensors).
+  virtual bool device_memory() const { return false; }
+  // The CUDA device this communicator is bound to; -1 for host backends or
+  // when the backend picks the device itself.
+  virtual int device() const { return -1; }
 
   // recv[i] = op over ranks of send[i]. send == recv: in place.
   Work AllReduce(const void* send, void* recv, int64_t count, DType dtype, ReduceOp op);
@@ -88,8 +109,9 @@ class Communicator {
   Work Recv(void* buffer, int64_t count, DType dtype, int peer, int tag = 0);
   Work Barrier();
 
-  // ---- Tensor forms. Tensors must be defined, contiguous and on the CPU;
-  // send and receive tensors must share a dtype. "Rows" are slices along
+  // ---- Tensor forms. Tensors must be defined and contiguous, all on one
+  // device: the CPU, or the communicator's CUDA device when device_memory()
+  // (see the top of this file); send and receive tensors must share a dtype. "Rows" are slices along
   // dim 0 (a 0-d tensor is one row); per-rank counts below are in rows, and
   // every rank's blocks are concatenated along dim 0. Shape mismatches give
   // InvalidArgument naming the op, the argument, both shapes and the rank.

@@ -1,10 +1,17 @@
-// The Tensor forms of Communicator: shape checks, then the raw-buffer path.
+// The Tensor forms of Communicator: shape and device checks, then the same
+// CollectiveArgs as the raw-buffer forms, tagged with the tensors' device and
+// its current stream.
+#include <initializer_list>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "comm/communicator.h"
+#include "comm/make_collective.h"
+#include "comm/validate.h"
+#include "core/device_kernels.h"
 #include "core/status_macros.h"
 
 namespace tpx::comm {
@@ -32,10 +39,6 @@ class TensorCheck {
 
   absl::StatusOr<Rows> Get(const char* arg, const Tensor& t) const {
     if (!t.defined()) return Error(absl::StrCat("tensor '", arg, "' is undefined"));
-    if (!t.device().is_cpu()) {
-      return Error(absl::StrCat("tensor '", arg, "' (", t.ToString(),
-                                ") is not on the CPU; use a device backend"));
-    }
     if (!t.is_contiguous()) {
       return Error(absl::StrCat("tensor '", arg, "' (", t.ToString(),
                                 ") is not contiguous; call Contiguous() first"));
@@ -77,6 +80,24 @@ class TensorCheck {
                               comm_.size(), " ranks"));
   }
 
+  // Checks where the op's tensors live (comm/validate.h) and tags `args`
+  // with that device and, for a CUDA device, the stream its ops are queued
+  // on, so the collective starts after them.
+  absl::StatusOr<CollectiveArgs> Place(std::initializer_list<std::pair<const char*, const Tensor*>> tensors,
+                                       CollectiveArgs args) const {
+    std::vector<TensorPlacement> placements;
+    for (const auto& [arg, t] : tensors) placements.push_back({arg, t->device(), t->ToString()});
+    BackendMemory memory{comm_.backend(), comm_.device_memory(), comm_.device()};
+    TPX_ASSIGN_OR_RETURN(Device device,
+                         ValidateTensorDevices(op_, comm_.rank(), comm_.size(), placements, memory));
+    args.device = device;
+    if (device.is_cuda()) {
+      TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels, KernelsFor(device, op_));
+      args.stream = kernels->CurrentStream(device.index);
+    }
+    return args;
+  }
+
   absl::StatusOr<std::vector<int64_t>> Elements(const char* arg, Counts rows,
                                                 int64_t row_elements) const {
     if (static_cast<int>(rows.size()) != comm_.size()) {
@@ -110,7 +131,27 @@ int64_t Sum(Counts v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); 
     if (!w_status_.ok()) return Work(w_status_); \
   } while (0)
 
+// Issues checked and placed args, or returns the Work of the failed check.
+Work IssuePlaced(Communicator& comm, absl::StatusOr<CollectiveArgs> placed) {
+  if (!placed.ok()) return Work(placed.status());
+  return comm.Issue(*std::move(placed));
+}
+
 }  // namespace
+
+using internal::MakeAllGather;
+using internal::MakeAllGatherV;
+using internal::MakeAllReduce;
+using internal::MakeAllToAll;
+using internal::MakeAllToAllV;
+using internal::MakeBroadcast;
+using internal::MakeGather;
+using internal::MakeRecv;
+using internal::MakeReduce;
+using internal::MakeReduceScatter;
+using internal::MakeReduceScatterV;
+using internal::MakeScatter;
+using internal::MakeSend;
 
 Work Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
   return AllReduce(tensor, tensor, op);
@@ -122,19 +163,22 @@ Work Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.SameShape(input, output));
-  return AllReduce(in.data, out.data, in.numel, input.dtype(), op);
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeAllReduce(in.data, out.data, in.numel, input.dtype(), op)));
 }
 
 Work Communicator::Broadcast(const Tensor& tensor, int root) {
   TensorCheck c("broadcast", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return Broadcast(t.data, t.numel, tensor.dtype(), root);
+  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+                                    MakeBroadcast(t.data, t.numel, tensor.dtype(), root)));
 }
 
 Work Communicator::Reduce(const Tensor& tensor, ReduceOp op, int root) {
   TensorCheck c("reduce", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return Reduce(t.data, t.numel, tensor.dtype(), op, root);
+  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+                                    MakeReduce(t.data, t.data, t.numel, tensor.dtype(), op, root)));
 }
 
 Work Communicator::AllGather(const Tensor& input, const Tensor& output) {
@@ -143,7 +187,8 @@ Work Communicator::AllGather(const Tensor& input, const Tensor& output) {
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
-  return AllGather(in.data, out.data, in.numel, input.dtype());
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeAllGather(in.data, out.data, in.numel, input.dtype(), size())));
 }
 
 Work Communicator::AllGatherV(const Tensor& input, const Tensor& output, Counts rows_per_rank) {
@@ -155,7 +200,8 @@ Work Communicator::AllGatherV(const Tensor& input, const Tensor& output, Counts 
                           c.Elements("rows_per_rank", rows_per_rank, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, rows_per_rank[rank()], input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(rows_per_rank), input));
-  return AllGatherV(in.data, out.data, counts, {}, input.dtype());
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeAllGatherV(in.data, out.data, counts, {}, input.dtype())));
 }
 
 Work Communicator::ReduceScatter(const Tensor& input, const Tensor& output, ReduceOp op) {
@@ -164,7 +210,9 @@ Work Communicator::ReduceScatter(const Tensor& input, const Tensor& output, Redu
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, size() * out.rows, output));
-  return ReduceScatter(in.data, out.data, out.numel, input.dtype(), op);
+  return IssuePlaced(
+      *this, c.Place({{"input", &input}, {"output", &output}},
+                     MakeReduceScatter(in.data, out.data, out.numel, input.dtype(), op, size())));
 }
 
 Work Communicator::ReduceScatterV(const Tensor& input, const Tensor& output,
@@ -177,33 +225,43 @@ Work Communicator::ReduceScatterV(const Tensor& input, const Tensor& output,
                           c.Elements("rows_per_rank", rows_per_rank, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, Sum(rows_per_rank), input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, rows_per_rank[rank()], input));
-  return ReduceScatterV(in.data, out.data, counts, {}, input.dtype(), op);
+  return IssuePlaced(
+      *this, c.Place({{"input", &input}, {"output", &output}},
+                     MakeReduceScatterV(in.data, out.data, counts, {}, input.dtype(), op)));
 }
 
 Work Communicator::Gather(const Tensor& input, const Tensor& output, int root) {
   TensorCheck c("gather", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
-  void* out_data = nullptr;
-  if (rank() == root) {
-    TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
-    TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
-    TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
-    out_data = out.data;
+  if (rank() != root) {
+    // The output is not read off the root.
+    return IssuePlaced(*this, c.Place({{"input", &input}},
+                                      MakeGather(in.data, nullptr, in.numel, input.dtype(), root,
+                                                 rank(), size())));
   }
-  return Gather(in.data, out_data, in.numel, input.dtype(), root);
+  TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
+  TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeGather(in.data, out.data, in.numel, input.dtype(), root,
+                                               rank(), size())));
 }
 
 Work Communicator::Scatter(const Tensor& input, const Tensor& output, int root) {
   TensorCheck c("scatter", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
-  const void* in_data = nullptr;
-  if (rank() == root) {
-    TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
-    TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
-    TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, size() * out.rows, output));
-    in_data = in.data;
+  if (rank() != root) {
+    // The input is not read off the root.
+    return IssuePlaced(*this, c.Place({{"output", &output}},
+                                      MakeScatter(nullptr, out.data, out.numel, output.dtype(),
+                                                  root, rank(), size())));
   }
-  return Scatter(in_data, out.data, out.numel, output.dtype(), root);
+  TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
+  TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, size() * out.rows, output));
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeScatter(in.data, out.data, out.numel, output.dtype(), root,
+                                                rank(), size())));
 }
 
 Work Communicator::AllToAll(const Tensor& input, const Tensor& output) {
@@ -216,7 +274,9 @@ Work Communicator::AllToAll(const Tensor& input, const Tensor& output) {
     return Work(c.Error(absl::StrCat("input ", input.ToString(), ": dim 0 must be divisible by ",
                                      size(), " ranks")));
   }
-  return AllToAll(in.data, out.data, in.numel / size(), input.dtype());
+  return IssuePlaced(
+      *this, c.Place({{"input", &input}, {"output", &output}},
+                     MakeAllToAll(in.data, out.data, in.numel / size(), input.dtype(), size())));
 }
 
 Work Communicator::AllToAllV(const Tensor& input, const Tensor& output, Counts send_rows,
@@ -229,19 +289,23 @@ Work Communicator::AllToAllV(const Tensor& input, const Tensor& output, Counts s
   TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> recv, c.Elements("recv_rows", recv_rows, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, Sum(send_rows), input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(recv_rows), input));
-  return AllToAllV(in.data, send, {}, out.data, recv, {}, input.dtype());
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeAllToAllV(in.data, send, {}, out.data, recv, {},
+                                                  input.dtype())));
 }
 
 Work Communicator::Send(const Tensor& tensor, int peer, int tag) {
   TensorCheck c("send", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return Send(t.data, t.numel, tensor.dtype(), peer, tag);
+  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+                                    MakeSend(t.data, t.numel, tensor.dtype(), peer, tag)));
 }
 
 Work Communicator::Recv(const Tensor& tensor, int peer, int tag) {
   TensorCheck c("recv", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return Recv(t.data, t.numel, tensor.dtype(), peer, tag);
+  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+                                    MakeRecv(t.data, t.numel, tensor.dtype(), peer, tag)));
 }
 
 }  // namespace tpx::comm

@@ -138,7 +138,9 @@ typedef struct {
   const int64_t* recv_displs;
   /* Host-assigned sequence number of this collective on this communicator. */
   uint64_t seq;
-  /* cudaStream_t the caller works on (device backends); NULL for host. */
+  /* cudaStream_t the caller works on (device backends): the operation
+   * starts after the work queued there. NULL for host memory (device
+   * backends then order after the legacy default stream). */
   void* stream;
 } tpx_coll_args_v1_t;
 
@@ -176,8 +178,12 @@ typedef struct {
   /* Blocks up to timeout_ms (negative: until done). DEADLINE_EXCEEDED when
    * still running; the operation itself continues. */
   int (*wait)(tpx_request_t request, int64_t timeout_ms, tpx_error_t* err);
-  /* Device backends: makes `stream` wait for the operation without blocking
-   * the host. NULL for host backends. */
+  /* Device backends: makes `stream` (a cudaStream_t on the communicator's
+   * device) wait for the operation without blocking the host. NULL for host
+   * backends. This is the capability flag: the host passes device memory
+   * (CUDA tensors, with tpx_coll_args_v1_t.stream set to the stream their
+   * producers run on) only to plugins whose stream_wait is non-NULL, and
+   * host memory to every plugin. */
   int (*stream_wait)(tpx_request_t request, void* stream, tpx_error_t* err);
   void (*request_free)(tpx_request_t request);
 } tpx_comm_plugin_v1_t;

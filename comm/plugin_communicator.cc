@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/progress.h"
 #include "comm/store_abi.h"
+#include "core/device_kernels.h"
 #include "core/status_macros.h"
 
 namespace tpx::comm {
@@ -42,9 +43,26 @@ struct Shared {
 
 class PluginWork : public WorkImpl {
  public:
-  PluginWork(std::shared_ptr<Shared> shared, tpx_request_t request, uint64_t seq, OpSummary op)
-      : shared_(std::move(shared)), request_(request), seq_(seq), op_(op) {}
+  // `device`: where the op's buffers live; a CUDA device makes the op
+  // device-ordered (Work::Wait() waits on that device's current stream).
+  PluginWork(std::shared_ptr<Shared> shared, tpx_request_t request, uint64_t seq, OpSummary op,
+             Device device)
+      : shared_(std::move(shared)), request_(request), seq_(seq), op_(op), device_(device) {}
   ~PluginWork() override { shared_->plugin->api().request_free(request_); }
+
+  bool device_ordered() const override { return device_.is_cuda(); }
+
+  absl::Status WaitOnStream() override {
+    // The stream ops on the device are queued on now (it may differ from
+    // the one the op was issued after).
+    absl::StatusOr<DeviceKernels*> kernels = KernelsFor(device_, "Work::Wait");
+    if (!kernels.ok()) return kernels.status();
+    tpx_error_t err{};
+    int rc = shared_->plugin->api().stream_wait(
+        request_, (*kernels)->CurrentStream(device_.index), &err);
+    if (rc == TPX_OK) return absl::OkStatus();
+    return Explain(PluginCodeToStatus(rc, err, shared_->plugin->name()));
+  }
 
   bool Wait(absl::Duration timeout, absl::Status* status) override {
     const tpx_comm_plugin_v1_t& api = shared_->plugin->api();
@@ -122,6 +140,7 @@ class PluginWork : public WorkImpl {
   tpx_request_t request_;
   uint64_t seq_;
   OpSummary op_;  // the message is only built on failure
+  Device device_;
 };
 
 // What every rank must agree on for one collective (TPX_COMM_DEBUG).
@@ -179,9 +198,18 @@ class PluginCommunicatorImpl : public Communicator {
   int size() const override { return shared_->options.size; }
   const std::string& name() const override { return shared_->options.name; }
   const std::string& backend() const override { return shared_->plugin->name(); }
+  // The ABI's capability flag: only device backends implement stream_wait.
+  bool device_memory() const override { return shared_->plugin->api().stream_wait != nullptr; }
+  int device() const override { return shared_->options.device; }
 
  protected:
   Work Post(const CollectiveArgs& args) override {
+    if (args.device.is_cuda() && !device_memory()) {
+      // The Tensor forms check this; Issue() callers may not have.
+      return Work(absl::InvalidArgumentError(
+          absl::StrCat(args.name, " on rank ", rank(), " of ", size(), ": ", backend(),
+                       " backend takes host memory; buffers are on ", args.device.ToString())));
+    }
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t seq = last_seq_;
     if (!IsPointToPoint(args.kind)) {
@@ -202,7 +230,8 @@ class PluginCommunicatorImpl : public Communicator {
           absl::StrCat(DescribeCollective(args, rank(), numbered), " on rank ", rank(),
                        ": backend rejected it")));
     }
-    return Work(std::make_shared<PluginWork>(shared_, request, numbered, Summarize(args, rank())));
+    return Work(std::make_shared<PluginWork>(shared_, request, numbered, Summarize(args, rank()),
+                                             args.device));
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> SplitGrouped(int color, int key,
@@ -267,7 +296,7 @@ class PluginCommunicatorImpl : public Communicator {
     c.recv_counts = a.recv_counts.empty() ? nullptr : a.recv_counts.data();
     c.recv_displs = a.recv_displs.empty() ? nullptr : a.recv_displs.data();
     c.seq = seq;
-    c.stream = nullptr;
+    c.stream = a.stream;  // NULL for host memory
     return shared_->plugin->api().post(shared_->handle, &c, request, err);
   }
 

@@ -253,4 +253,32 @@ absl::Status ValidateCollective(const CollectiveArgs& a, int rank, int size) {
   return c.Error(absl::StrCat("unknown collective kind ", static_cast<int>(a.kind)));
 }
 
+absl::StatusOr<Device> ValidateTensorDevices(const char* op, int rank, int size,
+                                             absl::Span<const TensorPlacement> tensors,
+                                             const BackendMemory& backend) {
+  auto error = [&](const std::string& what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " on rank ", rank, " of ", size, ": ", what));
+  };
+  auto describe = [](const TensorPlacement& t) {
+    return absl::StrCat(t.arg, " is ", t.device.ToString(), " ", t.description);
+  };
+  if (tensors.empty()) return error("no tensors to place");
+  const TensorPlacement& first = tensors[0];
+  for (const TensorPlacement& t : tensors) {
+    if (t.device.is_cuda() && !backend.device_memory) {
+      return error(absl::StrCat(backend.backend, " backend takes CPU tensors; ", describe(t)));
+    }
+    if (t.device != first.device) {
+      return error(absl::StrCat("tensors must be on one device; ", describe(first), " but ",
+                                describe(t)));
+    }
+  }
+  if (first.device.is_cuda() && backend.device >= 0 && first.device.index != backend.device) {
+    return error(absl::StrCat(describe(first), " but this communicator (", backend.backend,
+                              ") uses ", Device::CUDA(backend.device).ToString()));
+  }
+  return first.device;
+}
+
 }  // namespace tpx::comm

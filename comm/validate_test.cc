@@ -177,5 +177,79 @@ TEST(Describe, NamesSizeDtypeAndSeq) {
   EXPECT_EQ(FormatBytes(12), "12 B");
 }
 
+// ---- Where the tensors of a Tensor-form call live. Devices are described,
+// not allocated, so these run without a GPU. ----
+
+const BackendMemory kUcx{"ucx", /*device_memory=*/false, /*device=*/-1};
+const BackendMemory kNcclOnGpu0{"nccl", /*device_memory=*/true, /*device=*/0};
+
+TEST(ValidateTensorDevices, HostBackendRejectsCudaTensorNamingOpTensorAndBackend) {
+  absl::StatusOr<Device> d =
+      ValidateTensorDevices("all_reduce", 0, 2, {{"input", Device::CUDA(0), "f32[4]"}}, kUcx);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.status().message(),
+            "all_reduce on rank 0 of 2: ucx backend takes CPU tensors; input is cuda:0 f32[4]");
+}
+
+TEST(ValidateTensorDevices, HostBackendRejectsCudaOutputBesideCpuInput) {
+  absl::StatusOr<Device> d = ValidateTensorDevices(
+      "all_gather", 1, 4,
+      {{"input", Device::CPU(), "f32[2]"}, {"output", Device::CUDA(1), "f32[8]"}}, kUcx);
+  ASSERT_FALSE(d.ok());
+  ExpectInvalid(d.status(), {"all_gather on rank 1 of 4", "ucx backend takes CPU tensors",
+                             "output is cuda:1 f32[8]"});
+}
+
+TEST(ValidateTensorDevices, CpuTensorsGoToEveryBackend) {
+  for (const BackendMemory& backend : {kUcx, kNcclOnGpu0}) {
+    absl::StatusOr<Device> d = ValidateTensorDevices(
+        "all_reduce", 0, 2,
+        {{"input", Device::CPU(), "f32[4]"}, {"output", Device::CPU(), "f32[4]"}}, backend);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(*d, Device::CPU()) << backend.backend;
+  }
+}
+
+TEST(ValidateTensorDevices, DeviceBackendTakesTensorsOnItsDevice) {
+  absl::StatusOr<Device> d = ValidateTensorDevices(
+      "reduce_scatter", 0, 2,
+      {{"input", Device::CUDA(0), "bf16[8]"}, {"output", Device::CUDA(0), "bf16[4]"}},
+      kNcclOnGpu0);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, Device::CUDA(0));
+}
+
+TEST(ValidateTensorDevices, MixedDevicesAreRejected) {
+  absl::StatusOr<Device> d = ValidateTensorDevices(
+      "all_reduce", 0, 2,
+      {{"input", Device::CPU(), "f32[4]"}, {"output", Device::CUDA(0), "f32[4]"}}, kNcclOnGpu0);
+  ASSERT_FALSE(d.ok());
+  ExpectInvalid(d.status(), {"all_reduce on rank 0 of 2", "one device", "input is cpu f32[4]",
+                             "output is cuda:0 f32[4]"});
+  d = ValidateTensorDevices(
+      "all_to_all", 0, 2,
+      {{"input", Device::CUDA(0), "f32[4]"}, {"output", Device::CUDA(1), "f32[4]"}}, kNcclOnGpu0);
+  ASSERT_FALSE(d.ok());
+  ExpectInvalid(d.status(), {"one device", "input is cuda:0", "output is cuda:1"});
+}
+
+TEST(ValidateTensorDevices, CudaTensorOnAnotherDeviceThanTheCommunicatorsIsRejected) {
+  absl::StatusOr<Device> d =
+      ValidateTensorDevices("broadcast", 1, 2, {{"tensor", Device::CUDA(1), "i64[3]"}},
+                            kNcclOnGpu0);
+  ASSERT_FALSE(d.ok());
+  ExpectInvalid(d.status(), {"broadcast on rank 1 of 2", "tensor is cuda:1 i64[3]",
+                             "this communicator (nccl) uses cuda:0"});
+}
+
+TEST(ValidateTensorDevices, BackendPickedDeviceIsNotCheckedAgainst) {
+  const BackendMemory picks_itself{"nccl", true, -1};
+  absl::StatusOr<Device> d =
+      ValidateTensorDevices("send", 0, 2, {{"tensor", Device::CUDA(3), "f32[1]"}}, picks_itself);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, Device::CUDA(3));
+}
+
 }  // namespace
 }  // namespace tpx::comm

@@ -15,22 +15,35 @@ Work::Work(std::shared_ptr<WorkImpl> impl) : state_(std::make_shared<State>()) {
   state_->impl = std::move(impl);
 }
 
+void Work::WaitLocked(absl::Duration timeout) {
+  if (state_->done) return;
+  absl::Status status;
+  if (state_->impl->Wait(timeout, &status)) {
+    state_->done = true;
+    state_->status = std::move(status);
+    state_->impl.reset();  // frees the backend request early
+  }
+}
+
 absl::Status Work::WaitFor(absl::Duration timeout, bool* done) {
   // Waiters are serialised so the backend sees one waiter per request.
   std::lock_guard<std::mutex> lock(state_->mu);
-  if (!state_->done) {
-    absl::Status status;
-    if (state_->impl->Wait(timeout, &status)) {
-      state_->done = true;
-      state_->status = std::move(status);
-      state_->impl.reset();  // frees the backend request early
-    }
-  }
+  WaitLocked(timeout);
   *done = state_->done;
   return state_->status;
 }
 
 absl::Status Work::Wait() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->done && state_->impl->device_ordered()) {
+      // One poll reports a failure that is already known; otherwise the
+      // stream waits and the host goes on.
+      WaitLocked(absl::ZeroDuration());
+      if (state_->done) return state_->status;
+      return state_->impl->WaitOnStream();
+    }
+  }
   bool done = false;
   return WaitFor(absl::InfiniteDuration(), &done);
 }

@@ -134,8 +134,10 @@ Status Communicator::InitDeviceState() {
   TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(
       cudaEventCreateWithFlags(&caller_ready_, cudaEventDisableTiming), "cudaEventCreate"));
   TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaMalloc(&barrier_word_, sizeof(float)), "cudaMalloc"));
-  TPX_PLUGIN_RETURN_IF_ERROR(
-      CudaCall(cudaMemset(barrier_word_, 0, sizeof(float)), "cudaMemset (barrier word)"));
+  // On the communicator's stream: a non-blocking stream is not ordered
+  // after the legacy default stream a plain cudaMemset would use.
+  TPX_PLUGIN_RETURN_IF_ERROR(CudaCall(cudaMemsetAsync(barrier_word_, 0, sizeof(float), stream_),
+                                      "cudaMemsetAsync (barrier word)"));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
   return Status();
 }
@@ -205,13 +207,35 @@ Status Communicator::Split(Communicator& parent, int32_t color, int32_t key,
       return Status::Error(TPX_ERR_UNAVAILABLE, what + ": parent was aborted earlier: " +
                                                     parent.abort_status_.message());
     }
+    // A non-blocking communicator takes no new call while ncclInProgress.
+    TPX_PLUGIN_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what + ": parent not ready"));
     // The host already ordered the members: its rank is the split key.
     (void)key;
-    ncclResult_t rc =
-        ncclCommSplit(parent.comm_, color, config.rank, &comm->comm_, &nccl_config);
-    TPX_PLUGIN_RETURN_IF_ERROR(NcclCall(rc, what + ": ncclCommSplit", parent.comm_));
-    TPX_PLUGIN_RETURN_IF_ERROR(parent.AwaitNccl(parent.comm_, what));
-    if (comm->comm_ != nullptr) TPX_PLUGIN_RETURN_IF_ERROR(parent.AwaitNccl(comm->comm_, what));
+    // Non-blocking split: NCCL returns ncclInProgress at once, runs the
+    // split on its own thread, marks the *parent* ncclInProgress until done,
+    // and only then stores the child handle through the pointer passed here.
+    // The slot is on the heap so that a store arriving after a failure
+    // below never hits freed memory (it is leaked then, 8 bytes).
+    auto slot = std::make_unique<ncclComm_t>(nullptr);
+    ncclResult_t rc = ncclCommSplit(parent.comm_, color, config.rank, slot.get(), &nccl_config);
+    Status split = NcclCall(rc, what + ": ncclCommSplit", parent.comm_);
+    if (split.ok()) split = parent.AwaitNccl(parent.comm_, what);
+    if (!split.ok()) {
+      // The parent is stuck or broken: abort it (ncclCommAbort also joins
+      // NCCL's split thread) and fail its pending ops.
+      slot.release();
+      parent.AbortLocked(split.code(), split.message());
+      return split;
+    }
+    comm->comm_ = *slot;
+    if (comm->comm_ != nullptr) {
+      Status ready = parent.AwaitNccl(comm->comm_, what);
+      if (!ready.ok()) {
+        ncclCommAbort(comm->comm_);
+        comm->comm_ = nullptr;
+        return ready;
+      }
+    }
   } else {
     // Ranks with color < 0 do not take part in comm_split (host contract),
     // and ncclCommSplit would wait for them: build the child from a fresh
@@ -251,14 +275,21 @@ Communicator::~Communicator() {
   bool release = comm_ == nullptr && !aborted_;
   CloseChannelsLocked(/*clean=*/!aborted_ && pending_.empty());
   if (comm_ != nullptr) {
+    // Finalize flushes outstanding work (non-blocking: poll until it left
+    // ncclInProgress, bounded by the timeout); only a finalized
+    // communicator is destroyed, anything else is aborted. Never both:
+    // ncclCommDestroy frees the communicator, even when it reports an error.
+    bool finalized = false;
     if (pending_.empty()) {
-      // Finalize flushes outstanding work; bounded by the timeout, else abort.
       ncclResult_t rc = ncclCommFinalize(comm_);
-      release = (rc == ncclSuccess || rc == ncclInProgress) &&
-                AwaitNccl(comm_, "nccl comm_destroy '" + name_ + "'").ok() &&
-                ncclCommDestroy(comm_) == ncclSuccess;
+      finalized = (rc == ncclSuccess || rc == ncclInProgress) &&
+                  AwaitNccl(comm_, "nccl comm_destroy '" + name_ + "'").ok();
     }
-    if (!release) ncclCommAbort(comm_);
+    if (finalized) {
+      release = ncclCommDestroy(comm_) == ncclSuccess;
+    } else {
+      ncclCommAbort(comm_);
+    }
     comm_ = nullptr;
   }
   if (release) {

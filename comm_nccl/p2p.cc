@@ -186,14 +186,20 @@ void Communicator::ProgressChannelLocked(P2pChannel& ch) {
 void Communicator::CloseChannelsLocked(bool clean) {
   for (auto& [key, ch] : channels_) {
     if (ch->comm == nullptr) continue;
-    bool closed = false;
+    // Destroy only after a completed finalize, abort otherwise; never both
+    // (ncclCommDestroy frees the communicator even when it fails).
+    bool finalized = false;
     if (clean && ch->state == P2pChannel::State::kReady && ch->queue.empty()) {
       ncclResult_t rc = ncclCommFinalize(ch->comm);
-      closed = (rc == ncclSuccess || rc == ncclInProgress) &&
-               AwaitNccl(ch->comm, "closing " + ch->key).ok() &&
-               ncclCommDestroy(ch->comm) == ncclSuccess;
+      finalized = (rc == ncclSuccess || rc == ncclInProgress) &&
+                  AwaitNccl(ch->comm, "closing " + ch->key).ok();
     }
-    if (!closed) ncclCommAbort(ch->comm);
+    bool closed = false;
+    if (finalized) {
+      closed = ncclCommDestroy(ch->comm) == ncclSuccess;
+    } else {
+      ncclCommAbort(ch->comm);
+    }
     ch->comm = nullptr;
     ch->state = P2pChannel::State::kFailed;
     // Streams are left to the process: after an abort they may still run.

@@ -633,13 +633,21 @@ void InvalidArgumentConformance(RankContext& ctx) {
   EXPECT_EQ(v, ctx.size - 1);
 }
 
-void TensorConformance(RankContext& ctx) {
+namespace {
+
+// The Tensor-form checks on tensors of `device`. Results are read with
+// ToVector, which waits for the device's current stream: for CUDA tensors
+// that is exactly what Work::Wait() ordered after the collective.
+void TensorChecks(RankContext& ctx, Device device) {
   const int rank = ctx.rank, size = ctx.size;
   Communicator& c = ctx.comm;
-  auto filled = [](Shape shape, const std::function<float(int64_t)>& f) {
+  auto filled = [device](Shape shape, const std::function<float(int64_t)>& f) {
     std::vector<float> v(NumElements(shape));
     for (size_t i = 0; i < v.size(); ++i) v[i] = f(static_cast<int64_t>(i));
-    return *Tensor::FromVector<float>(v, shape);
+    return *Tensor::FromVector<float>(v, shape)->To(device);
+  };
+  auto zeros = [device](Shape shape, DType dtype = DType::kF32) {
+    return *Tensor::Zeros(std::move(shape), dtype, device);
   };
   // AllReduce in place on a [2, 3] tensor, and out of place in bf16.
   Tensor x = filled({2, 3}, [&](int64_t i) { return static_cast<float>(rank + i); });
@@ -647,13 +655,13 @@ void TensorConformance(RankContext& ctx) {
   std::vector<float> got = x.ToVector<float>();
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got[i], size * (size - 1) / 2.0f + size * i);
   Tensor xb = *filled({4}, [&](int64_t i) { return static_cast<float>(rank * i); }).To(DType::kBF16);
-  Tensor yb = *Tensor::Zeros({4}, DType::kBF16);
+  Tensor yb = zeros({4}, DType::kBF16);
   TPX_EXPECT_OK(c.AllReduce(xb, yb, ReduceOp::kMax), "tensor all_reduce bf16");
   EXPECT_EQ(yb.ToVector<float>()[3], 3.0f * (size - 1));
 
   // AllGather: [2, 3] per rank -> [size * 2, 3].
   Tensor in = filled({2, 3}, [&](int64_t i) { return static_cast<float>(100 * rank + i); });
-  Tensor out = *Tensor::Zeros({size * 2, 3});
+  Tensor out = zeros({size * 2, 3});
   TPX_EXPECT_OK(c.AllGather(in, out), "tensor all_gather");
   got = out.ToVector<float>();
   for (int r = 0; r < size; ++r) {
@@ -663,7 +671,7 @@ void TensorConformance(RankContext& ctx) {
   std::vector<int64_t> rows(size);
   std::iota(rows.begin(), rows.end(), 0);
   Tensor vin = filled({rank, 2}, [&](int64_t i) { return static_cast<float>(10 * rank + i); });
-  Tensor vout = *Tensor::Zeros({size * (size - 1) / 2, 2});
+  Tensor vout = zeros({size * (size - 1) / 2, 2});
   TPX_EXPECT_OK(c.AllGatherV(vin, vout, rows), "tensor all_gather_v");
   got = vout.ToVector<float>();
   for (int r = 0, off = 0; r < size; off += 2 * r, ++r) {
@@ -671,7 +679,7 @@ void TensorConformance(RankContext& ctx) {
   }
   // ReduceScatter: [size * 2, 2] -> [2, 2].
   Tensor rs_in = filled({size * 2, 2}, [&](int64_t i) { return static_cast<float>(i + rank); });
-  Tensor rs_out = *Tensor::Zeros({2, 2});
+  Tensor rs_out = zeros({2, 2});
   TPX_EXPECT_OK(c.ReduceScatter(rs_in, rs_out, ReduceOp::kSum), "tensor reduce_scatter");
   got = rs_out.ToVector<float>();
   for (int64_t i = 0; i < 4; ++i) {
@@ -679,7 +687,7 @@ void TensorConformance(RankContext& ctx) {
   }
   // Gather / Scatter / Broadcast at the last rank.
   const int root = size - 1;
-  Tensor g_out = *Tensor::Zeros({size, 3});
+  Tensor g_out = zeros({size, 3});
   Tensor g_in = filled({1, 3}, [&](int64_t i) { return static_cast<float>(rank * 3 + i); });
   TPX_EXPECT_OK(c.Gather(g_in, rank == root ? g_out : Tensor(), root), "tensor gather");
   if (rank == root) {
@@ -688,7 +696,7 @@ void TensorConformance(RankContext& ctx) {
   }
   Tensor s_in = rank == root ? filled({size, 2}, [](int64_t i) { return static_cast<float>(i); })
                              : Tensor();
-  Tensor s_out = *Tensor::Zeros({1, 2});
+  Tensor s_out = zeros({1, 2});
   TPX_EXPECT_OK(c.Scatter(s_in, s_out, root), "tensor scatter");
   EXPECT_EQ(s_out.ToVector<float>()[1], static_cast<float>(rank * 2 + 1));
   Tensor b = filled({3}, [&](int64_t i) { return static_cast<float>(rank + i); });
@@ -696,14 +704,14 @@ void TensorConformance(RankContext& ctx) {
   EXPECT_EQ(b.ToVector<float>()[2], static_cast<float>(root + 2));
   // AllToAll: block j of [size, 2] goes to rank j.
   Tensor a_in = filled({size, 2}, [&](int64_t i) { return static_cast<float>(rank * 100 + i); });
-  Tensor a_out = *Tensor::Zeros({size, 2});
+  Tensor a_out = zeros({size, 2});
   TPX_EXPECT_OK(c.AllToAll(a_in, a_out), "tensor all_to_all");
   got = a_out.ToVector<float>();
   for (int s = 0; s < size; ++s) EXPECT_EQ(got[s * 2 + 1], s * 100.0f + rank * 2 + 1);
   // Send/Recv around a ring.
   if (size > 1) {
     Tensor msg = filled({2, 2}, [&](int64_t i) { return static_cast<float>(rank * 10 + i); });
-    Tensor recv = *Tensor::Zeros({2, 2});
+    Tensor recv = zeros({2, 2});
     Work s = c.Send(msg, (rank + 1) % size, 5);
     Work r = c.Recv(recv, (rank + size - 1) % size, 5);
     TPX_EXPECT_OK(s, "tensor send");
@@ -711,14 +719,14 @@ void TensorConformance(RankContext& ctx) {
     EXPECT_EQ(recv.ToVector<float>()[3], ((rank + size - 1) % size) * 10.0f + 3);
   }
   // Shape and layout errors, never reaching the backend.
-  Tensor wrong = *Tensor::Zeros({size * 2 + 1, 3});
+  Tensor wrong = zeros({size * 2 + 1, 3});
   absl::Status st = c.AllGather(in, wrong).Wait();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("all_gather on rank " + std::to_string(rank)), std::string::npos)
       << st;
   EXPECT_NE(st.message().find("'output'"), std::string::npos) << st;
   EXPECT_NE(st.message().find(ShapeString({size * 2, 3})), std::string::npos) << st;
-  st = c.AllReduce(x, *Tensor::Zeros({2, 3}, DType::kI32), ReduceOp::kSum).Wait();
+  st = c.AllReduce(x, zeros({2, 3}, DType::kI32), ReduceOp::kSum).Wait();
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("dtypes must match"), std::string::npos) << st;
   st = c.AllReduce(*x.Transpose(0, 1), ReduceOp::kSum).Wait();
@@ -727,6 +735,54 @@ void TensorConformance(RankContext& ctx) {
   EXPECT_NE(st.message().find("undefined"), std::string::npos) << st;
   // Still in step.
   TPX_EXPECT_OK(c.Barrier(), "barrier after tensor errors");
+}
+
+}  // namespace
+
+void TensorConformance(RankContext& ctx) { TensorChecks(ctx, Device::CPU()); }
+
+void DeviceTensorConformance(RankContext& ctx) {
+  Communicator& c = ctx.comm;
+  ASSERT_TRUE(c.device_memory()) << c.backend() << " does not take device memory";
+  const Device device = Device::CUDA(c.device() >= 0 ? c.device() : ctx.rank);
+  absl::StatusOr<Tensor> probe = Tensor::Empty({1}, DType::kF32, device);
+  ASSERT_TRUE(probe.ok()) << "cannot make tensors on " << device.ToString() << ": "
+                          << probe.status();
+  TensorChecks(ctx, device);
+
+  // Wait() only orders the stream; the host sees completion by polling.
+  const int64_t n = 1 << 16;
+  Tensor big = *Tensor::Full({n}, 1.0, DType::kF32, device);
+  Work w = c.AllReduce(big, ReduceOp::kSum);
+  TPX_EXPECT_OK(w, "device all_reduce");
+  absl::Status polled = w.Wait(absl::Seconds(60));
+  EXPECT_TRUE(polled.ok()) << polled;
+  EXPECT_TRUE(w.IsCompleted());
+  EXPECT_EQ(big.ToVector<float>()[n - 1], static_cast<float>(ctx.size));
+  // Several in flight on the device, then one stream-ordered read.
+  std::vector<Tensor> parts;
+  std::vector<Work> works;
+  for (int i = 0; i < 8; ++i) {
+    parts.push_back(*Tensor::Full({4}, i + ctx.rank, DType::kI32, device));
+    works.push_back(c.AllReduce(parts.back(), ReduceOp::kMax));
+  }
+  for (int i = 7; i >= 0; --i) TPX_EXPECT_OK(works[i], "device all_reduce in flight");
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(parts[i].ToVector<int32_t>()[3], i + ctx.size - 1);
+
+  // Device errors: mixed devices, and (with a second GPU) another device.
+  Tensor host = *Tensor::Zeros({4});
+  Tensor on_device = *Tensor::Zeros({4}, DType::kF32, device);
+  absl::Status st = c.AllReduce(host, on_device, ReduceOp::kSum).Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("one device"), std::string::npos) << st;
+  if (ctx.size > 1) {
+    const Device other = Device::CUDA((device.index + 1) % ctx.size);
+    Tensor elsewhere = *Tensor::Zeros({4}, DType::kF32, other);
+    st = c.Broadcast(elsewhere, 0).Wait();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("uses " + device.ToString()), std::string::npos) << st;
+  }
+  TPX_EXPECT_OK(c.Barrier(), "barrier after device tensor errors");
 }
 
 void WorkConformance(RankContext& ctx) {

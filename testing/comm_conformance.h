@@ -40,6 +40,9 @@ void BackToBackConformance(RankContext& ctx);
 void LargeAllReduceConformance(RankContext& ctx);
 // The Tensor forms: shapes along dim 0, results, and shape errors.
 void TensorConformance(RankContext& ctx);
+// The same on CUDA tensors of the communicator's device (device backends
+// only): stream-ordered Wait(), host polling, mixed/wrong-device errors.
+void DeviceTensorConformance(RankContext& ctx);
 // Work handles: Wait(timeout) on a running op says "still running" and
 // leaves it running; ops complete in issue order.
 void WorkConformance(RankContext& ctx);

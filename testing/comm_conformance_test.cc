@@ -13,6 +13,8 @@ namespace {
 struct Setup {
   std::string backend;
   int world;
+  // The backend takes CUDA tensors (DeviceTensors runs).
+  bool device_tensors = false;
 };
 
 void PrintTo(const Setup& setup, std::ostream* os) {
@@ -61,6 +63,12 @@ TEST_P(Conformance, LargeAllReduce) { Run(LargeAllReduceConformance); }
 TEST_P(Conformance, Tensor) { Run(TensorConformance); }
 TEST_P(Conformance, Work) { Run(WorkConformance); }
 TEST_P(Conformance, InvalidArguments) { Run(InvalidArgumentConformance); }
+TEST_P(Conformance, DeviceTensors) {
+  if (!GetParam().device_tensors) {
+    GTEST_SKIP() << GetParam().backend << " is a host-memory backend (CPU tensors only)";
+  }
+  Run(DeviceTensorConformance);
+}
 
 INSTANTIATE_TEST_SUITE_P(Ucx, Conformance,
                          ::testing::Values(Setup{"ucx", 1}, Setup{"ucx", 2}, Setup{"ucx", 3},
@@ -69,8 +77,8 @@ INSTANTIATE_TEST_SUITE_P(Ucx, Conformance,
 
 // One GPU per rank; skipped (with the reason) where fewer are visible.
 INSTANTIATE_TEST_SUITE_P(Nccl, Conformance,
-                         ::testing::Values(Setup{"nccl", 1}, Setup{"nccl", 2},
-                                           Setup{"nccl", 4}),
+                         ::testing::Values(Setup{"nccl", 1, true}, Setup{"nccl", 2, true},
+                                           Setup{"nccl", 4, true}),
                          SetupName);
 
 }  // namespace

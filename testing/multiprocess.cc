@@ -72,6 +72,9 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
   comm_options.size = size;
   comm_options.timeout = options.comm_timeout;
   comm_options.debug_checks = options.debug_checks;
+  // Device backends: one GPU per rank (all ranks run on this host), so the
+  // rank's CUDA tensors go on Device::CUDA(rank).
+  if ((*plugin)->api().stream_wait != nullptr) comm_options.device = rank;
   auto comm = comm::PluginCommunicator::Create(*plugin, comm_options, shared_store);
   if (!comm.ok()) fail(std::string(comm.status().ToString()));
   ::testing::TestPartResultArray results;

@@ -16,7 +16,8 @@
 // to the test), creates the world communicator and runs the body. Ranks that
 // crash, exit early or outlive the deadline are killed and reported. For
 // failure tests, a rank can be made to die at a named point
-// (RunOptions::kill_rank / kill_point, RankContext::KillPoint).
+// (RunOptions::kill_rank / kill_point, RankContext::KillPoint). With a
+// device backend (nccl), rank r's communicator is bound to CUDA device r.
 #ifndef TPX_TESTING_MULTIPROCESS_H_
 #define TPX_TESTING_MULTIPROCESS_H_
 

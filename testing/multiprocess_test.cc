@@ -54,7 +54,15 @@ TEST(RunOnRanks, ExpectedKillIsNotAFailure) {
   options.kill_rank = 1;
   options.kill_point = "start";
   std::vector<RankOutcome> outcomes =
-      RunOnRanks(2, [](RankContext& ctx) { ctx.KillPoint("start"); }, options);
+      RunOnRanks(2,
+                 [](RankContext& ctx) {
+                   // Both ranks are connected before one dies: otherwise rank 0
+                   // may still be creating its communicator (and fail) when
+                   // rank 1 is killed.
+                   EXPECT_TRUE(ctx.comm.Barrier().Wait().ok());
+                   ctx.KillPoint("start");
+                 },
+                 options);
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
   EXPECT_EQ(outcomes[0].exit_code, 0);
 }
