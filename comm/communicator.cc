@@ -172,19 +172,7 @@ CollectiveArgs MakeRecv(void* buffer, int64_t count, DType dtype, int peer, int 
 
 }  // namespace internal
 
-using internal::MakeAllGather;
-using internal::MakeAllGatherV;
-using internal::MakeAllReduce;
-using internal::MakeAllToAll;
-using internal::MakeAllToAllV;
-using internal::MakeBroadcast;
-using internal::MakeGather;
-using internal::MakeRecv;
-using internal::MakeReduce;
-using internal::MakeReduceScatter;
-using internal::MakeReduceScatterV;
-using internal::MakeScatter;
-using internal::MakeSend;
+using namespace internal;  // the Make* builders of make_collective.h
 
 Work Communicator::AllReduce(const void* send, void* recv, int64_t count, DType dtype,
                              ReduceOp op) {

@@ -139,19 +139,7 @@ Work IssuePlaced(Communicator& comm, absl::StatusOr<CollectiveArgs> placed) {
 
 }  // namespace
 
-using internal::MakeAllGather;
-using internal::MakeAllGatherV;
-using internal::MakeAllReduce;
-using internal::MakeAllToAll;
-using internal::MakeAllToAllV;
-using internal::MakeBroadcast;
-using internal::MakeGather;
-using internal::MakeRecv;
-using internal::MakeReduce;
-using internal::MakeReduceScatter;
-using internal::MakeReduceScatterV;
-using internal::MakeScatter;
-using internal::MakeSend;
+using namespace internal;  // the Make* builders of make_collective.h
 
 Work Communicator::AllReduce(const Tensor& tensor, ReduceOp op) {
   return AllReduce(tensor, tensor, op);
