@@ -154,14 +154,14 @@ PendingTensor StartAllGatherAlongDim(comm::Communicator& comm, const Tensor& loc
   auto send = local.Contiguous();
   if (!send.ok()) return Failed(send.status());
   if (comm.size() == 1) return PendingTensor(comm::Work(), *send);
-  if (absl::Status cpu = RequireCpu(local, "AllGatherAlongDim"); !cpu.ok()) return Failed(cpu);
   std::vector<Shape> shapes = PieceShapes(local.shape(), *d, sizes);
   std::vector<int64_t> counts = PieceNumels(local.shape(), *d, sizes);
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  auto flat = Tensor::Empty({total}, local.dtype());
+  auto flat = Tensor::Empty({total}, local.dtype(), local.device());
   if (!flat.ok()) return Failed(flat.status());
-  comm::Work work = comm.AllGatherV(send->raw_data(), flat->raw_data(), counts,
-                                    Displacements(counts), local.dtype());
+  auto send_flat = send->View({send->numel()});
+  if (!send_flat.ok()) return Failed(send_flat.status());
+  comm::Work work = comm.AllGatherV(*send_flat, *flat, counts);
   int64_t out_dim = *d;
   return PendingTensor(std::move(work), *flat, {*send},
                        [shapes, out_dim](const Tensor& f) {
@@ -185,7 +185,6 @@ PendingTensor StartReduceScatterAlongDim(comm::Communicator& comm, const Tensor&
     if (!c.ok()) return Failed(c.status());
     return PendingTensor(comm::Work(), *c);
   }
-  if (absl::Status cpu = RequireCpu(full, "ReduceScatterAlongDim"); !cpu.ok()) return Failed(cpu);
   Tensor src = full;
   if (accumulate_f32 && out_dtype != DType::kF32) {
     auto f = full.To(DType::kF32);
@@ -196,10 +195,11 @@ PendingTensor StartReduceScatterAlongDim(comm::Communicator& comm, const Tensor&
   if (!packed.ok()) return Failed(packed.status());
   std::vector<int64_t> counts = PieceNumels(full.shape(), *d, sizes);
   Shape out_shape = WithExtent(full.shape(), *d, sizes[static_cast<size_t>(comm.rank())]);
-  auto out = Tensor::Empty(out_shape, src.dtype());
+  auto out = Tensor::Empty(out_shape, src.dtype(), src.device());
   if (!out.ok()) return Failed(out.status());
-  comm::Work work = comm.ReduceScatterV(packed->raw_data(), out->raw_data(), counts,
-                                        Displacements(counts), src.dtype(), comm::ReduceOp::kSum);
+  auto out_flat = out->View({out->numel()});
+  if (!out_flat.ok()) return Failed(out_flat.status());
+  comm::Work work = comm.ReduceScatterV(*packed, *out_flat, counts, comm::ReduceOp::kSum);
   std::function<absl::StatusOr<Tensor>(const Tensor&)> finish;
   if (src.dtype() != out_dtype) {
     finish = [out_dtype](const Tensor& t) { return t.To(out_dtype); };
@@ -215,14 +215,12 @@ absl::StatusOr<Tensor> ReduceScatterAlongDim(comm::Communicator& comm, const Ten
 
 PendingTensor StartAllReduce(comm::Communicator& comm, const Tensor& t, bool in_place) {
   if (comm.size() == 1) return PendingTensor(comm::Work(), t);
-  if (absl::Status cpu = RequireCpu(t, "AllReduce"); !cpu.ok()) return Failed(cpu);
   if (in_place && !t.is_contiguous()) {
     return Failed(absl::InvalidArgumentError("AllReduce in place needs a contiguous tensor"));
   }
   auto copy = in_place ? absl::StatusOr<Tensor>(t) : t.Clone();
   if (!copy.ok()) return Failed(copy.status());
-  comm::Work work = comm.AllReduce(copy->raw_data(), copy->numel(), t.dtype(),
-                                   comm::ReduceOp::kSum);
+  comm::Work work = comm.AllReduce(*copy, comm::ReduceOp::kSum);
   return PendingTensor(std::move(work), *copy);
 }
 
@@ -235,17 +233,13 @@ absl::StatusOr<Tensor> AllToAllAlongDims(comm::Communicator& comm, const Tensor&
                                          const std::vector<Shape>& recv_shapes,
                                          int64_t recv_dim) {
   TPX_ASSIGN_OR_RETURN(send_dim, NormalizeDim(send_dim, input.dim(), "AllToAll"));
-  TPX_RETURN_IF_ERROR(RequireCpu(input, "AllToAll"));
   TPX_ASSIGN_OR_RETURN(Tensor packed, PackPiecesAlongDim(input, send_dim, send_sizes));
   std::vector<int64_t> send_counts = PieceNumels(input.shape(), send_dim, send_sizes);
   std::vector<int64_t> recv_counts;
   for (const Shape& s : recv_shapes) recv_counts.push_back(NumElements(s));
   int64_t total = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
-  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({total}, input.dtype()));
-  TPX_RETURN_IF_ERROR(comm.AllToAllV(packed.raw_data(), send_counts, Displacements(send_counts),
-                                     flat.raw_data(), recv_counts, Displacements(recv_counts),
-                                     input.dtype())
-                          .Wait());
+  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({total}, input.dtype(), input.device()));
+  TPX_RETURN_IF_ERROR(comm.AllToAllV(packed, flat, send_counts, recv_counts).Wait());
   return UnpackPiecesAlongDim(flat, recv_shapes, recv_dim);
 }
 

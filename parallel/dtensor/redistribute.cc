@@ -32,20 +32,17 @@ absl::StatusOr<Tensor> RunStep(const Tensor& in, const RedistributeStep& step,
       return out;
     }
     case StepKind::kReduceScatter: {
-      // Any Partial reduction (the shared helper reduces with sum only),
-      // through the communicator's host-buffer form.
-      TPX_RETURN_IF_ERROR(RequireCpu(in, "reduce-scatter"));
+      // Any Partial reduction (the shared helper reduces with sum only).
       TPX_ASSIGN_OR_RETURN(Tensor send,
                            parallel::PackPiecesAlongDim(in, step.split_dim, step.split_sizes));
-      TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(step.output_shape, in.dtype()));
+      TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(step.output_shape, in.dtype(), in.device()));
+      TPX_ASSIGN_OR_RETURN(Tensor out_flat, out.View({out.numel()}));
       std::vector<int64_t> counts;
       for (const Shape& s : PieceShapes(step.input_shape, step.split_dim, step.split_sizes)) {
         counts.push_back(NumElements(s));
       }
-      TPX_RETURN_IF_ERROR(group
-                              .ReduceScatterV(send.raw_data(), out.raw_data(), counts, {},
-                                              in.dtype(), step.from.reduce_op())
-                              .Wait());
+      TPX_RETURN_IF_ERROR(
+          group.ReduceScatterV(send, out_flat, counts, step.from.reduce_op()).Wait());
       return out;
     }
     case StepKind::kAllToAll:

@@ -22,9 +22,8 @@ namespace tpx::dtensor {
 
 // Errors: InvalidArgument when `local`'s shape is not the plan's input shape
 // or the mesh does not match the plan; Replicate -> Partial(sum) of a
-// non-floating tensor; FailedPrecondition for a non-CPU tensor at a step that
-// moves data (all-gather, reduce-scatter, all-to-all: host-buffer
-// collectives); the communicator's errors (naming op and rank).
+// non-floating tensor; the communicator's errors (naming op and rank), e.g.
+// for a CUDA tensor on a host-memory backend.
 absl::StatusOr<Tensor> ExecuteRedistributePlan(const Tensor& local, const RedistributePlan& plan,
                                                const DeviceMesh& mesh);
 
