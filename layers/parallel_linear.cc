@@ -26,11 +26,12 @@ absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Create(
                                        {output_size, input_size}, 0, options.stride, tp.rank(),
                                        tp.size(), options.init_method, options.seed,
                                        options.params_dtype));
+    TPX_ASSIGN_OR_RETURN(w, w.To(options.device));
     layer.weight_ = Variable(w, true, "column_parallel_linear.weight");
   }
   if (options.bias) {
     TPX_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros({layer.output_size_per_partition_},
-                                                 options.params_dtype));
+                                                 options.params_dtype, options.device));
     layer.bias_ = Variable(b, true, "column_parallel_linear.bias");
     layer.bias_attributes_ = ParamAttributes{true, 0, options.stride, false};
   }
@@ -94,10 +95,12 @@ absl::StatusOr<RowParallelLinear> RowParallelLinear::Create(comm::Communicator& 
                                      {output_size, input_size}, 1, options.stride, tp.rank(),
                                      tp.size(), options.init_method, options.seed,
                                      options.params_dtype));
+  TPX_ASSIGN_OR_RETURN(w, w.To(options.device));
   layer.weight_ = Variable(w, true, "row_parallel_linear.weight");
   layer.weight_attributes_ = ParamAttributes{true, 1, options.stride, false};
   if (options.bias) {
-    TPX_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros({output_size}, options.params_dtype));
+    TPX_ASSIGN_OR_RETURN(Tensor b, Tensor::Zeros({output_size}, options.params_dtype,
+                                                 options.device));
     layer.bias_ = Variable(b, true, "row_parallel_linear.bias");
     layer.bias_attributes_ = ParamAttributes{false, -1, 1, options.sequence_parallel};
   }

@@ -59,6 +59,9 @@ struct ColumnParallelLinearOptions {
   InitMethod init_method = NormalInit(0.02);
   uint64_t seed = 1234;
   DType params_dtype = DType::kF32;
+  // Where the parameters live (initialised on the host, then copied). CUDA
+  // needs //core/cuda linked in and a device backend for the collectives.
+  Device device;
   LinearBackwardTimeline* timeline = nullptr;
 };
 
@@ -103,6 +106,9 @@ struct RowParallelLinearOptions {
   InitMethod init_method = NormalInit(0.02);
   uint64_t seed = 1234;
   DType params_dtype = DType::kF32;
+  // Where the parameters live (initialised on the host, then copied). CUDA
+  // needs //core/cuda linked in and a device backend for the collectives.
+  Device device;
 };
 
 class RowParallelLinear {

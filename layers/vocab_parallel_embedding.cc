@@ -24,6 +24,7 @@ absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Create(
   TPX_ASSIGN_OR_RETURN(Tensor w, InitMasterWeightAndSplit(
                                      {num_embeddings, embedding_dim}, 0, 1, tp.rank(), tp.size(),
                                      options.init_method, options.seed, options.params_dtype));
+  TPX_ASSIGN_OR_RETURN(w, w.To(options.device));
   layer.weight_ = Variable(w, true, "vocab_parallel_embedding.weight");
   layer.weight_attributes_ = ParamAttributes{true, 0, 1, false};
   layer.options_ = std::move(options);
@@ -62,8 +63,11 @@ absl::StatusOr<Variable> VocabParallelEmbedding::Forward(const Tensor& ids) cons
     outside[i] = values[i] < range_.first || values[i] >= range_.last;
     local[i] = outside[i] ? 0 : values[i] - range_.first;
   }
+  const Device device = weight_.value().device();
   TPX_ASSIGN_OR_RETURN(Tensor index, Tensor::FromVector<int64_t>(local, {ids.numel()}));
+  TPX_ASSIGN_OR_RETURN(index, index.To(device));
   TPX_ASSIGN_OR_RETURN(Tensor mask, Tensor::FromVector<bool>(outside, {ids.numel(), 1}));
+  TPX_ASSIGN_OR_RETURN(mask, mask.To(device));
   TPX_ASSIGN_OR_RETURN(Variable rows, ag::IndexSelect(weight_, 0, index));
   TPX_ASSIGN_OR_RETURN(rows, ag::MaskedFill(rows, mask, 0.0));
   Shape out_shape = ids.shape();

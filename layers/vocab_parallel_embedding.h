@@ -27,6 +27,9 @@ struct VocabParallelEmbeddingOptions {
   InitMethod init_method = NormalInit(0.02);
   uint64_t seed = 1234;
   DType params_dtype = DType::kF32;
+  // Where the weight lives (initialised on the host, then copied); Forward's
+  // ids may be on any device and are read on the host.
+  Device device;
 };
 
 class VocabParallelEmbedding {
