@@ -111,10 +111,10 @@ class Communicator {
 
   // ---- Tensor forms. Tensors must be defined and contiguous, all on one
   // device: the CPU, or the communicator's CUDA device when device_memory()
-  // (see the top of this file); send and receive tensors must share a dtype. "Rows" are slices along
-  // dim 0 (a 0-d tensor is one row); per-rank counts below are in rows, and
-  // every rank's blocks are concatenated along dim 0. Shape mismatches give
-  // InvalidArgument naming the op, the argument, both shapes and the rank.
+  // (see the top of this file); send and receive tensors must share a dtype. "Rows" are slices
+  // along dim 0 (a 0-d tensor is one row); per-rank counts below are in rows, and every rank's
+  // blocks are concatenated along dim 0. Shape mismatches give InvalidArgument naming the op, the
+  // argument, both shapes and the rank.
   Work AllReduce(const Tensor& tensor, ReduceOp op);  // in place
   Work AllReduce(const Tensor& input, const Tensor& output, ReduceOp op);
   Work Broadcast(const Tensor& tensor, int root);

@@ -83,13 +83,14 @@ class TensorCheck {
   // Checks where the op's tensors live (comm/validate.h) and tags `args`
   // with that device and, for a CUDA device, the stream its ops are queued
   // on, so the collective starts after them.
-  absl::StatusOr<CollectiveArgs> Place(std::initializer_list<std::pair<const char*, const Tensor*>> tensors,
-                                       CollectiveArgs args) const {
+  absl::StatusOr<CollectiveArgs> Place(
+      std::initializer_list<std::pair<const char*, const Tensor*>> tensors,
+      CollectiveArgs args) const {
     std::vector<TensorPlacement> placements;
     for (const auto& [arg, t] : tensors) placements.push_back({arg, t->device(), t->ToString()});
     BackendMemory memory{comm_.backend(), comm_.device_memory(), comm_.device()};
-    TPX_ASSIGN_OR_RETURN(Device device,
-                         ValidateTensorDevices(op_, comm_.rank(), comm_.size(), placements, memory));
+    TPX_ASSIGN_OR_RETURN(
+        Device device, ValidateTensorDevices(op_, comm_.rank(), comm_.size(), placements, memory));
     args.device = device;
     if (device.is_cuda()) {
       TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels, KernelsFor(device, op_));
@@ -101,8 +102,8 @@ class TensorCheck {
   absl::StatusOr<std::vector<int64_t>> Elements(const char* arg, Counts rows,
                                                 int64_t row_elements) const {
     if (static_cast<int>(rows.size()) != comm_.size()) {
-      return Error(absl::StrCat("'", arg, "' has ", rows.size(), " entries; must have one per rank (",
-                                comm_.size(), ")"));
+      return Error(absl::StrCat("'", arg, "' has ", rows.size(),
+                                " entries; must have one per rank (", comm_.size(), ")"));
     }
     std::vector<int64_t> out;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -175,8 +176,9 @@ Work Communicator::AllGather(const Tensor& input, const Tensor& output) {
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
-                                    MakeAllGather(in.data, out.data, in.numel, input.dtype(), size())));
+  return IssuePlaced(*this,
+                     c.Place({{"input", &input}, {"output", &output}},
+                             MakeAllGather(in.data, out.data, in.numel, input.dtype(), size())));
 }
 
 Work Communicator::AllGatherV(const Tensor& input, const Tensor& output, Counts rows_per_rank) {
@@ -273,8 +275,10 @@ Work Communicator::AllToAllV(const Tensor& input, const Tensor& output, Counts s
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
-  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> send, c.Elements("send_rows", send_rows, in.row_elements));
-  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> recv, c.Elements("recv_rows", recv_rows, in.row_elements));
+  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> send,
+                          c.Elements("send_rows", send_rows, in.row_elements));
+  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> recv,
+                          c.Elements("recv_rows", recv_rows, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, Sum(send_rows), input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(recv_rows), input));
   return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},

@@ -155,7 +155,8 @@ void Communicator::ProgressChannelLocked(P2pChannel& ch) {
                                          cudaMemcpyDeviceToHost, ch.stream),
                          "staging copy to host");
           }
-          if (s.ok()) s = CudaCall(cudaEventRecord(front.op->done_event, ch.stream), "cudaEventRecord");
+          if (s.ok())
+            s = CudaCall(cudaEventRecord(front.op->done_event, ch.stream), "cudaEventRecord");
           if (!s.ok()) return fail(s);
           front.op->issued = true;
           ch.queue.pop_front();

@@ -62,9 +62,9 @@ TEST_P(ElementwiseTest, ArithmeticWithBroadcastingMatchesReference) {
     EXPECT_TRUE(
         TensorsClose(*Mul(a, b), BroadcastReference(a, b, std::multiplies<>()), 1e-6, 1e-6));
     EXPECT_TRUE(TensorsClose(*Div(a, b), BroadcastReference(a, b, std::divides<>()), 1e-6, 1e-6));
-    EXPECT_TRUE(TensorsClose(*AddScaled(a, b, -0.5),
-                             BroadcastReference(a, b, [](double x, double y) { return x - 0.5 * y; }),
-                             1e-6, 1e-6));
+    EXPECT_TRUE(TensorsClose(
+        *AddScaled(a, b, -0.5),
+        BroadcastReference(a, b, [](double x, double y) { return x - 0.5 * y; }), 1e-6, 1e-6));
   }
 }
 
@@ -85,7 +85,8 @@ TEST_P(ElementwiseTest, ReducedPrecisionComputesInF32) {
   Tensor ref = *BroadcastReference(a, b, std::plus<>()).To(DType::kBF16);
   EXPECT_TRUE(TensorsClose(out, ref, 0, 0));
   Tensor h = TestRandom({7}, DType::kF16, 7);
-  EXPECT_TRUE(TensorsClose(*Mul(h, h), *BroadcastReference(h, h, std::multiplies<>()).To(DType::kF16), 0, 0));
+  EXPECT_TRUE(TensorsClose(*Mul(h, h),
+                           *BroadcastReference(h, h, std::multiplies<>()).To(DType::kF16), 0, 0));
 }
 
 TEST_P(ElementwiseTest, IntegerArithmeticAndComparisons) {

@@ -76,7 +76,8 @@ TEST_P(IndexAddTest, Errors) {
   Tensor dst = *TestZeros({4, 2});
   absl::Status bad = IndexAdd(dst, 0, *TestFromVector<int64_t>({0, 9}, {2}),
                               *TestZeros({2, 2}));
-  EXPECT_THAT(std::string(bad.message()), HasSubstr("IndexAdd: index[1] = 9 is out of range [0, 4)"));
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("IndexAdd: index[1] = 9 is out of range [0, 4)"));
   absl::Status shape = IndexAdd(dst, 0, *TestFromVector<int64_t>({0, 1}, {2}),
                                 *TestZeros({3, 2}));
   EXPECT_THAT(std::string(shape.message()), HasSubstr("source shape [3, 2] should be [2, 2]"));

@@ -52,8 +52,8 @@ absl::Status GemmTensors(const Tensor& out, const Tensor& a, const Tensor& b, bo
   const int64_t m = out.size(0), n = out.size(1);
   const int64_t k = trans_a ? a.size(0) : a.size(1);
   const int64_t ldc = m == 1 ? std::max<int64_t>(n, 1) : out.stride(0);
-  return kernels->Gemm(out.device().index, ga.trans, gb.trans, m, n, k, alpha, a.dtype(), ga.data, ga.ld, gb.data, gb.ld, beta,
-              out.dtype(), out.raw_data(), ldc);
+  return kernels->Gemm(out.device().index, ga.trans, gb.trans, m, n, k, alpha, a.dtype(), ga.data,
+                       ga.ld, gb.data, gb.ld, beta, out.dtype(), out.raw_data(), ldc);
 }
 
 // [rows, cols] of op(t) for a 2-D t.

@@ -39,9 +39,8 @@ absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Create(
   return layer;
 }
 
-absl::StatusOr<LinearOutput> ColumnParallelLinear::Forward(const Variable& x,
-                                                           const Variable& weight,
-                                                           std::optional<bool> gather_output) const {
+absl::StatusOr<LinearOutput> ColumnParallelLinear::Forward(
+    const Variable& x, const Variable& weight, std::optional<bool> gather_output) const {
   const Variable& w = weight.defined() ? weight : weight_;
   if (!w.defined()) {
     return absl::InvalidArgumentError(

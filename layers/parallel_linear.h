@@ -61,7 +61,7 @@ struct ColumnParallelLinearOptions {
   DType params_dtype = DType::kF32;
   // Where the parameters live (initialised on the host, then copied). CUDA
   // needs //core/cuda linked in and a device backend for the collectives.
-  Device device;
+  Device device = Device::CPU();
   LinearBackwardTimeline* timeline = nullptr;
 };
 
@@ -108,7 +108,7 @@ struct RowParallelLinearOptions {
   DType params_dtype = DType::kF32;
   // Where the parameters live (initialised on the host, then copied). CUDA
   // needs //core/cuda linked in and a device backend for the collectives.
-  Device device;
+  Device device = Device::CPU();
 };
 
 class RowParallelLinear {

@@ -29,7 +29,7 @@ struct VocabParallelEmbeddingOptions {
   DType params_dtype = DType::kF32;
   // Where the weight lives (initialised on the host, then copied); Forward's
   // ids may be on any device and are read on the host.
-  Device device;
+  Device device = Device::CPU();
 };
 
 class VocabParallelEmbedding {

@@ -214,7 +214,8 @@ class VocabParallelCrossEntropyFn final : public Function {
       ParallelFor(rows_, opt_.num_threads, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
           LocalStats st{kNegInf, 0.f, 0.f, 0.f};
-          if (targets_[r] != opt_.ignore_index) st = RowStats(x + r * v_local_, v_local_, LocalTarget(r));
+          if (targets_[r] != opt_.ignore_index)
+            st = RowStats(x + r * v_local_, v_local_, LocalTarget(r));
           std::memcpy(local + r * 4, &st, sizeof(st));
         }
       });

@@ -46,9 +46,9 @@ absl::Status AdamW::Step(double lr) {
     const Tensor& g_t = v.grad();
     if (!g_t.defined()) continue;
     if (g_t.shape() != v.shape()) {
-      return absl::InvalidArgumentError(absl::StrCat("AdamW::Step: gradient of '", v.name(), "' is ",
-                                                     g_t.ToString(), " but the parameter is ",
-                                                     v.value().ToString()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("AdamW::Step: gradient of '", v.name(), "' is ", g_t.ToString(),
+                       " but the parameter is ", v.value().ToString()));
     }
     TPX_RETURN_IF_ERROR(RequireCpu(g_t, "AdamW::Step"));
   }

@@ -36,7 +36,9 @@ std::vector<int64_t> Displacements(absl::Span<const int64_t> counts) {
   return displs;
 }
 
-PendingTensor Failed(absl::Status status) { return PendingTensor(comm::Work(std::move(status)), {}); }
+PendingTensor Failed(absl::Status status) {
+  return PendingTensor(comm::Work(std::move(status)), {});
+}
 }  // namespace
 
 absl::StatusOr<Tensor> PendingTensor::Wait() {

@@ -21,8 +21,9 @@ absl::StatusOr<std::vector<Tensor>> SplitTensorAlongLastDim(const Tensor& t, int
   }
   TPX_ASSIGN_OR_RETURN(int64_t size, Divide(t.size(-1), num_partitions,
                                             "SplitTensorAlongLastDim (last dim of the tensor)"));
-  TPX_ASSIGN_OR_RETURN(std::vector<Tensor> parts,
-                       ops::Split(t, std::vector<int64_t>(static_cast<size_t>(num_partitions), size), -1));
+  TPX_ASSIGN_OR_RETURN(
+      std::vector<Tensor> parts,
+      ops::Split(t, std::vector<int64_t>(static_cast<size_t>(num_partitions), size), -1));
   if (contiguous) {
     for (Tensor& p : parts) {
       TPX_ASSIGN_OR_RETURN(p, p.Clone());

@@ -41,7 +41,8 @@ double ProdInput(int rank, int64_t i) {
 // A host buffer of `n` elements of `dtype`, read and written as doubles.
 class Buffer {
  public:
-  Buffer(DType dtype, int64_t n) : dtype_(dtype), n_(n), bytes_(std::max<int64_t>(n, 1) * SizeOf(dtype)) {}
+  Buffer(DType dtype, int64_t n)
+      : dtype_(dtype), n_(n), bytes_(std::max<int64_t>(n, 1) * SizeOf(dtype)) {}
   Buffer(DType dtype, int64_t n, const std::function<double(int64_t)>& value) : Buffer(dtype, n) {
     for (int64_t i = 0; i < n; ++i) Set(i, value(i));
   }
@@ -53,8 +54,16 @@ class Buffer {
     char* p = at(i);
     switch (dtype_) {
       case DType::kF32: { float f = static_cast<float>(v); std::memcpy(p, &f, 4); break; }
-      case DType::kBF16: { uint16_t h = FloatToBF16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
-      case DType::kF16: { uint16_t h = FloatToF16(static_cast<float>(v)); std::memcpy(p, &h, 2); break; }
+      case DType::kBF16: {
+        uint16_t h = FloatToBF16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case DType::kF16: {
+        uint16_t h = FloatToF16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+        break;
+      }
       case DType::kI32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
       case DType::kI64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
       case DType::kBool: { uint8_t b = v != 0; std::memcpy(p, &b, 1); break; }
@@ -273,7 +282,9 @@ void AllGatherConformance(RankContext& ctx) {
           for (int64_t i = 0; i < counts[rank]; ++i) recv.Set(displs[rank] + i, Input(rank, i, 3));
           src = recv.at(displs[rank]);
         }
-        TPX_EXPECT_OK(ctx.comm.AllGatherV(src, recv.data(), counts, gap ? displs : std::vector<int64_t>{}, dtype), what);
+        TPX_EXPECT_OK(ctx.comm.AllGatherV(src, recv.data(), counts,
+                                          gap ? displs : std::vector<int64_t>{}, dtype),
+                      what);
         for (int r = 0; r < size; ++r) {
           Expect(recv, dtype, displs[r], counts[r], [&](int64_t i) { return Input(r, i, 3); },
                  absl::StrCat(what, " block ", r));
@@ -404,7 +415,9 @@ void AllToAllConformance(RankContext& ctx) {
   for (DType dtype : kDTypes) {
     for (int64_t count : {int64_t{0}, int64_t{4}, int64_t{300}}) {
       std::string what = absl::StrCat("all_to_all ", Name(dtype), " count ", count);
-      Buffer send(dtype, size * count, [&](int64_t i) { return value(rank, i / std::max<int64_t>(count, 1), i % std::max<int64_t>(count, 1)); });
+      Buffer send(dtype, size * count, [&](int64_t i) {
+        return value(rank, i / std::max<int64_t>(count, 1), i % std::max<int64_t>(count, 1));
+      });
       Buffer recv(dtype, size * count);
       TPX_EXPECT_OK(ctx.comm.AllToAll(send.data(), recv.data(), count, dtype), what);
       for (int s = 0; s < size; ++s) {
@@ -654,7 +667,8 @@ void TensorChecks(RankContext& ctx, Device device) {
   TPX_EXPECT_OK(c.AllReduce(x, ReduceOp::kSum), "tensor all_reduce");
   std::vector<float> got = x.ToVector<float>();
   for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(got[i], size * (size - 1) / 2.0f + size * i);
-  Tensor xb = *filled({4}, [&](int64_t i) { return static_cast<float>(rank * i); }).To(DType::kBF16);
+  Tensor xb =
+      *filled({4}, [&](int64_t i) { return static_cast<float>(rank * i); }).To(DType::kBF16);
   Tensor yb = zeros({4}, DType::kBF16);
   TPX_EXPECT_OK(c.AllReduce(xb, yb, ReduceOp::kMax), "tensor all_reduce bf16");
   EXPECT_EQ(yb.ToVector<float>()[3], 3.0f * (size - 1));

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
+#include "core/ops.h"
 #include "core/status_macros.h"
 
 namespace tpx {
@@ -66,6 +67,7 @@ absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn, absl::Span<cons
   TPX_ASSIGN_OR_RETURN(Tensor r_f32, y.numel() == 1
                                          ? Tensor::Ones(y.shape())
                                          : RandomUniform(y.shape(), options.seed, 0.5, 1.5));
+  const Device device = y.value().device();
   if (y.numel() != 1) {
     // Random signs keep cancellations from hiding errors.
     std::vector<float> rv = r_f32.ToVector<float>();
@@ -75,6 +77,7 @@ absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn, absl::Span<cons
   }
   TPX_ASSIGN_OR_RETURN(Tensor r, r_f32.To(y.dtype()));
   const std::vector<double> r_values = r.ToVector<double>();
+  TPX_ASSIGN_OR_RETURN(r, r.To(device));
   if (y.requires_grad()) TPX_RETURN_IF_ERROR(Backward(y, r));
 
   GradcheckResult result;
@@ -84,17 +87,23 @@ absl::StatusOr<GradcheckResult> Gradcheck(const GradcheckFn& fn, absl::Span<cons
     if (!leaf.defined() || !leaf.requires_grad()) continue;
     std::vector<double> analytic(leaf.numel(), 0.0);
     if (leaf.grad().defined()) analytic = leaf.grad().ToVector<double>();
-    float* data = leaf.value().data<float>();
+    // Elements are perturbed one at a time through a one-element view, so the
+    // leaf may live on any device.
+    TPX_ASSIGN_OR_RETURN(Tensor flat, leaf.value().View({leaf.numel()}));
+    const std::vector<float> values = flat.ToVector<float>();
     for (int64_t j = 0; j < leaf.numel(); ++j) {
-      const float original = data[j];
+      const float original = values[static_cast<size_t>(j)];
+      TPX_ASSIGN_OR_RETURN(Tensor element, flat.Narrow(0, j, 1));
       double f[2];
       for (int side = 0; side < 2; ++side) {
-        data[j] = static_cast<float>(original + (side == 0 ? options.eps : -options.eps));
+        TPX_RETURN_IF_ERROR(
+            ops::Fill(element, static_cast<float>(original + (side == 0 ? options.eps
+                                                                         : -options.eps))));
         NoGradGuard no_grad;
         TPX_ASSIGN_OR_RETURN(Variable out, fn(leaves));
         f[side] = Project(out.value(), r_values);
       }
-      data[j] = original;
+      TPX_RETURN_IF_ERROR(ops::Fill(element, original));
       // Divide by the step actually taken after rounding to f32.
       const double step = static_cast<double>(static_cast<float>(original + options.eps)) -
                           static_cast<double>(static_cast<float>(original - options.eps));

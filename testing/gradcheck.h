@@ -12,7 +12,8 @@
 //   EXPECT_TRUE(r.ok) << r.message;   // names the worst input and element
 //
 // Inputs that require grad must be f32 (they are perturbed in place, on
-// private copies: the caller's Variables are not touched). The function may
+// private copies: the caller's Variables are not touched); inputs may live on
+// any device, and the function then runs there. The function may
 // use an input several times and may cast internally. Sums of the output are
 // taken in double; with f32 arithmetic inside, eps around 1e-3 and a
 // tolerance of about 1e-2 relative / 1e-3 absolute suit values of order one.

@@ -138,7 +138,8 @@ absl::StatusOr<std::vector<Variable>> ApplyMulti(std::shared_ptr<Function> fn,
   for (const Variable& v : inputs) fn->next_edges_.push_back(GraphAccess::GradientEdge(v));
   fn->outputs_.resize(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (outs[i].defined()) fn->outputs_[i] = {true, outs[i].shape(), outs[i].dtype(), outs[i].device()};
+    if (outs[i].defined())
+      fn->outputs_[i] = {true, outs[i].shape(), outs[i].dtype(), outs[i].device()};
     auto impl = std::make_shared<VariableImpl>();
     impl->value = std::move(outs[i]);
     if (impl->value.defined() && IsFloatingPoint(impl->value.dtype())) {

@@ -97,8 +97,8 @@ absl::StatusOr<Variable> Max(const Variable& x, int64_t dim, bool keepdim) {
       [d, keepdim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
         const Shape& shape = op.input_shape(0);
         // One-hot of the argmax along d: positions [1, .., n, .., 1] == argmax.
-        TPX_ASSIGN_OR_RETURN(Tensor positions, Tensor::Arange(0.0, static_cast<double>(shape[d]), 1.0,
-                                                             DType::kI64, g[0].device()));
+        TPX_ASSIGN_OR_RETURN(Tensor positions, Tensor::Arange(0.0, static_cast<double>(shape[d]),
+                                                              1.0, DType::kI64, g[0].device()));
         Shape pos_shape(shape.size(), 1);
         pos_shape[d] = shape[d];
         TPX_ASSIGN_OR_RETURN(positions, positions.Reshape(pos_shape));

@@ -115,7 +115,8 @@ absl::StatusOr<Variable> Narrow(const Variable& x, int64_t dim, int64_t start, i
         return Tensors{y};
       },
       [dim, start, length](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        TPX_ASSIGN_OR_RETURN(Tensor d, Tensor::Zeros(op.input_shape(0), g[0].dtype(), g[0].device()));
+        TPX_ASSIGN_OR_RETURN(Tensor d,
+                             Tensor::Zeros(op.input_shape(0), g[0].dtype(), g[0].device()));
         TPX_ASSIGN_OR_RETURN(Tensor window, d.Narrow(dim, start, length));
         TPX_RETURN_IF_ERROR(window.CopyFrom(g[0]));
         return Tensors{d};
@@ -172,7 +173,8 @@ absl::StatusOr<Variable> IndexSelect(const Variable& x, int64_t dim, const Tenso
         return Tensors{y};
       },
       [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
-        TPX_ASSIGN_OR_RETURN(Tensor d, Tensor::Zeros(op.input_shape(0), g[0].dtype(), g[0].device()));
+        TPX_ASSIGN_OR_RETURN(Tensor d,
+                             Tensor::Zeros(op.input_shape(0), g[0].dtype(), g[0].device()));
         TPX_RETURN_IF_ERROR(ops::IndexAdd(d, dim, op.Saved(0), g[0]));
         return Tensors{d};
       },

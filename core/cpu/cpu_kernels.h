@@ -24,7 +24,7 @@ class CpuDeviceKernels final : public DeviceKernels {
   absl::Status Copy(const Tensor& dst, const Tensor& src) override;           // cpu_kernels.cc
   absl::Status Fill(const Tensor& dst, double value) override;                // cpu_kernels.cc
   absl::Status Binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b,
-                      double alpha) override;                                 // elementwise_kernels.cc
+                      double alpha) override;  // elementwise_kernels.cc
   absl::Status Unary(UnaryOp op, const Tensor& out, const Tensor& in, double scalar) override;
   absl::Status Where(const Tensor& out, const Tensor& cond, const Tensor& a,
                      const Tensor& b) override;
