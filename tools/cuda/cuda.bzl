@@ -88,3 +88,8 @@ def cuda_cc_test(**kwargs):
     """
     if CUDA_FOUND:
         native.cc_test(**kwargs)
+
+def cuda_cc_binary(**kwargs):
+    """A cc_binary that exists only where a CUDA toolkit was found."""
+    if CUDA_FOUND:
+        native.cc_binary(**kwargs)
