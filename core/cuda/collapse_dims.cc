@@ -14,7 +14,8 @@ using OperandStrides = std::array<int64_t, StridedLayout::kMaxOperands>;
 std::string Describe(absl::Span<const int64_t> shape,
                      absl::Span<const absl::Span<const int64_t>> strides) {
   std::string s = absl::StrCat("shape [", absl::StrJoin(shape, ", "), "], strides");
-  for (absl::Span<const int64_t> st : strides) absl::StrAppend(&s, " [", absl::StrJoin(st, ", "), "]");
+  for (absl::Span<const int64_t> st : strides)
+    absl::StrAppend(&s, " [", absl::StrJoin(st, ", "), "]");
   return s;
 }
 
@@ -25,8 +26,8 @@ absl::StatusOr<StridedLayout> CollapseDims(absl::Span<const int64_t> shape,
                                            const char* op) {
   const size_t operands = strides.size();
   if (operands == 0 || operands > StridedLayout::kMaxOperands) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", operands, " operands; CUDA kernels take 1 to ",
-                                                   StridedLayout::kMaxOperands));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", operands, " operands; CUDA kernels take 1 to ", StridedLayout::kMaxOperands));
   }
   for (absl::Span<const int64_t> st : strides) {
     if (st.size() != shape.size()) {
@@ -38,7 +39,8 @@ absl::StatusOr<StridedLayout> CollapseDims(absl::Span<const int64_t> shape,
   layout.numel = 1;
   for (int64_t size : shape) {
     if (size < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": negative size in ", Describe(shape, strides)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": negative size in ", Describe(shape, strides)));
     }
     layout.numel *= size;
   }

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/device_guard.h"
 #include "core/status_macros.h"
 
 namespace tpx::cuda {
@@ -39,7 +40,8 @@ absl::StatusOr<std::unique_lock<std::mutex>> LockPinned(char** data) {
 
 absl::Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes, Stream& stream) {
   if (bytes == 0) return absl::OkStatus();
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(stream.device()), "cudaSetDevice"));
+  DeviceGuard guard(stream.device());  // the caller's current device is restored
+  TPX_RETURN_IF_ERROR(guard.status());
   char* pinned = nullptr;
   TPX_ASSIGN_OR_RETURN(std::unique_lock<std::mutex> lock, LockPinned(&pinned));
   TPX_ASSIGN_OR_RETURN(Event half0, Event::Create(stream.device()));
@@ -63,7 +65,8 @@ absl::Status CopyToDevice(void* device_dst, const void* host_src, size_t bytes, 
 
 absl::Status CopyToHost(void* host_dst, const void* device_src, size_t bytes, Stream& stream) {
   if (bytes == 0) return absl::OkStatus();
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(stream.device()), "cudaSetDevice"));
+  DeviceGuard guard(stream.device());  // the caller's current device is restored
+  TPX_RETURN_IF_ERROR(guard.status());
   char* pinned = nullptr;
   TPX_ASSIGN_OR_RETURN(std::unique_lock<std::mutex> lock, LockPinned(&pinned));
   TPX_ASSIGN_OR_RETURN(Event half0, Event::Create(stream.device()));

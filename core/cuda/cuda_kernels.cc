@@ -137,6 +137,18 @@ std::pair<int64_t, int64_t> OuterInner(const Shape& shape, int64_t dim) {
   return {outer, inner};
 }
 
+// The index kernels' preconditions: `a` and `b` (the data operands) share a
+// dtype, and all three tensors are contiguous.
+absl::Status CheckIndexOperands(const char* op, const Tensor& a, const Tensor& b,
+                                const Tensor& index) {
+  if (a.dtype() == b.dtype() && a.is_contiguous() && b.is_contiguous() &&
+      index.is_contiguous()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      Describe(op, {&a, &b, &index}), ": operands must be contiguous, with one data dtype"));
+}
+
 // The device count never changes while a process runs: look it up once.
 struct VisibleDevices {
   int count = 0;
@@ -290,9 +302,13 @@ class CudaKernels final : public DeviceKernels {
   }
 
   // Index ops: every tensor is contiguous and src has dst's dtype (the
-  // contract in core/device_kernels.h; ops/ops_index.cc arranges it).
+  // contract in core/device_kernels.h; ops/ops_index.cc arranges it). The
+  // kernels address raw [outer, n, inner] memory, so a strided view or a
+  // dtype mismatch would silently read or scatter to the wrong elements:
+  // refuse those instead.
   absl::Status IndexSelect(const Tensor& out, const Tensor& in, int64_t dim,
                            const Tensor& index) override {
+    TPX_RETURN_IF_ERROR(CheckIndexOperands("IndexSelect", out, in, index));
     auto [outer, inner] = OuterInner(in.shape(), dim);
     return Run(
         out.device().index, [&] { return Describe("IndexSelect", {&out, &in, &index}); },
@@ -305,6 +321,7 @@ class CudaKernels final : public DeviceKernels {
 
   absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index,
                         const Tensor& src) override {
+    TPX_RETURN_IF_ERROR(CheckIndexOperands("IndexAdd", dst, src, index));
     auto [outer, inner] = OuterInner(dst.shape(), dim);
     return Run(
         dst.device().index, [&] { return Describe("IndexAdd", {&dst, &index, &src}); },

@@ -145,6 +145,9 @@ TEST_F(CudaKernelsGpuTest, ReduceSoftmaxAndGemmMatchCpu) {
 TEST_F(CudaKernelsGpuTest, IndexOpsThroughStridedViewsMatchCpu) {
   // Gather rows {3, 0, 3} of a transposed view, then scatter-add a bf16
   // source with repeated indices into a narrowed (non-contiguous) f32 view.
+  // The index kernels take contiguous operands of one dtype
+  // (core/device_kernels.h), so the views and the conversion go through the
+  // CUDA Copy kernel first, as ops::IndexSelect / ops::IndexAdd do.
   std::vector<int64_t> ids = {3, 0, 3};
   Tensor index = *Tensor::FromVector(ids, {3});
   Tensor x = Values({5, 4}, DType::kF32);
@@ -154,8 +157,11 @@ TEST_F(CudaKernelsGpuTest, IndexOpsThroughStridedViewsMatchCpu) {
   Tensor dindex = ToDevice(index);
   Tensor dx = ToDevice(x);
   Tensor sel = Empty({3, 5}, DType::kF32, Device::CUDA(0));
-  ASSERT_TRUE(k_->IndexSelect(sel, *dx.Transpose(0, 1), 0, dindex).ok());
+  ASSERT_TRUE(k_->IndexSelect(sel, *dx.Transpose(0, 1)->Contiguous(), 0, dindex).ok());
   ExpectNear(ToHost(sel), want_sel, 0);
+  // A strided operand is refused rather than read as if it were contiguous.
+  EXPECT_EQ(k_->IndexSelect(sel, *dx.Transpose(0, 1), 0, dindex).code(),
+            absl::StatusCode::kInvalidArgument);
 
   Tensor src = Values({3, 2}, DType::kBF16);
   Tensor base = Values({4, 6}, DType::kF32);
@@ -166,7 +172,9 @@ TEST_F(CudaKernelsGpuTest, IndexOpsThroughStridedViewsMatchCpu) {
   ASSERT_TRUE(CpuKernels().IndexAdd(part, 0, index, src_f32).ok());
   ASSERT_TRUE(CpuKernels().Copy(*want_add.Narrow(1, 2, 2), part).ok());
   Tensor dbase = ToDevice(base);
-  ASSERT_TRUE(k_->IndexAdd(*dbase.Narrow(1, 2, 2), 0, dindex, ToDevice(src)).ok());
+  Tensor dpart = *dbase.Narrow(1, 2, 2)->Contiguous();
+  ASSERT_TRUE(k_->IndexAdd(dpart, 0, dindex, *ToDevice(src).To(DType::kF32)).ok());
+  ASSERT_TRUE(k_->Copy(*dbase.Narrow(1, 2, 2), dpart).ok());
   ExpectNear(ToHost(dbase), want_add, 1e-6);
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/device_guard.h"
 #include "core/status_macros.h"
 
 namespace tpx::cuda {
@@ -28,12 +29,18 @@ absl::StatusOr<cudaDataType_t> CudaType(DType dtype) {
 }  // namespace
 
 absl::StatusOr<CublasHandle> CublasHandle::Create(int device) {
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  DeviceGuard guard(device);  // the handle binds to `device`; the caller's stays current
+  TPX_RETURN_IF_ERROR(guard.status());
   cublasHandle_t handle = nullptr;
   TPX_RETURN_IF_ERROR(CublasStatus(cublasCreate(&handle), "cublasCreate"));
-  // Never silently use reduced-precision tensor-core math for f32.
-  TPX_RETURN_IF_ERROR(
-      CublasStatus(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
+  // Never silently use reduced-precision tensor-core math for f32, and keep
+  // split-K partial sums in f32 for bf16/f16 C (by default cuBLAS may reduce
+  // them in C's dtype, rounding more than once unlike the CPU GEMM).
+  TPX_RETURN_IF_ERROR(CublasStatus(
+      cublasSetMathMode(handle, static_cast<cublasMath_t>(
+                                    CUBLAS_DEFAULT_MATH |
+                                    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+      "cublasSetMathMode"));
   return CublasHandle(handle, device);
 }
 
@@ -79,7 +86,8 @@ absl::Status Gemm(const CublasHandle& blas, const Stream& stream, bool trans_a, 
   TPX_ASSIGN_OR_RETURN(cudaDataType_t ab_type, CudaType(ab_dtype));
   TPX_ASSIGN_OR_RETURN(cudaDataType_t c_type, CudaType(c_dtype));
   if (m == 0 || n == 0) return absl::OkStatus();
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(blas.device()), "cudaSetDevice"));
+  DeviceGuard guard(blas.device());  // cuBLAS runs on the current device
+  TPX_RETURN_IF_ERROR(guard.status());
   TPX_RETURN_IF_ERROR(CublasStatus(cublasSetStream(blas.get(), stream.get()), "cublasSetStream"));
   // cuBLAS is column-major: a row-major [r, c] matrix is its [c, r]
   // transpose, so C^T = op(B)^T op(A)^T is computed with A and B swapped.

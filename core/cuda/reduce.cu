@@ -154,7 +154,8 @@ __global__ void SoftmaxColsKernel(const T* in, T* out, int64_t outer, int64_t n,
     const float shift = SoftmaxShift(max);
     float sum = 0.0f;
     for (int64_t k = 0; k < n; ++k) sum += expf(Load(x[k * inner]) - shift);
-    for (int64_t k = 0; k < n; ++k) y[k * inner] = SoftmaxValue<T>(Load(x[k * inner]), shift, sum, log);
+    for (int64_t k = 0; k < n; ++k)
+      y[k * inner] = SoftmaxValue<T>(Load(x[k * inner]), shift, sum, log);
   }
 }
 

@@ -3,12 +3,15 @@
 #include <utility>
 
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/device_guard.h"
 #include "core/status_macros.h"
 
 namespace tpx::cuda {
 
 absl::StatusOr<Stream> Stream::Create(int device) {
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  // Scoped: creating a stream or event must not change the caller's device.
+  DeviceGuard guard(device);
+  TPX_RETURN_IF_ERROR(guard.status());
   cudaStream_t stream = nullptr;
   TPX_RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -40,7 +43,9 @@ absl::Status Stream::Synchronize() {
 }
 
 absl::StatusOr<Event> Event::Create(int device) {
-  TPX_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
+  // Scoped: creating a stream or event must not change the caller's device.
+  DeviceGuard guard(device);
+  TPX_RETURN_IF_ERROR(guard.status());
   cudaEvent_t event = nullptr;
   TPX_RETURN_IF_ERROR(
       CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate"));
