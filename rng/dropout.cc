@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/autograd/function.h"
+#include "core/ops.h"
 #include "core/status_macros.h"
 #include "rng/philox.h"
 #include "rng/tracker.h"
@@ -28,7 +29,17 @@ void ApplyMaskTyped(const Tensor& x, const bool* keep, float scale, const Tensor
   }
 }
 
+// Other devices: the same arithmetic (x * scale in f32, one rounding) through
+// core ops, with the host-drawn mask copied over.
+absl::StatusOr<Tensor> ApplyMaskWithOps(const Tensor& x, const Tensor& keep, float scale) {
+  TPX_ASSIGN_OR_RETURN(Tensor keep_here, keep.To(x.device()));
+  TPX_ASSIGN_OR_RETURN(Tensor drop, ops::LogicalNot(keep_here));
+  TPX_ASSIGN_OR_RETURN(Tensor scaled, ops::Scale(x, scale));
+  return ops::MaskedFill(scaled, drop, 0.0);
+}
+
 absl::StatusOr<Tensor> ApplyMask(const Tensor& x_in, const Tensor& keep, float scale) {
+  if (!x_in.device().is_cpu()) return ApplyMaskWithOps(x_in, keep, scale);
   TPX_ASSIGN_OR_RETURN(Tensor x, x_in.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype()));
   const bool* k = keep.data<bool>();
@@ -54,7 +65,6 @@ class DropoutFn final : public Function {
     return std::vector<Tensor>{y};
   }
   absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
-    TPX_RETURN_IF_ERROR(RequireCpu(g[0], "Dropout backward"));
     TPX_ASSIGN_OR_RETURN(Tensor dx, ApplyMask(g[0], keep_, Scale()));
     return std::vector<Tensor>{dx};
   }
@@ -103,8 +113,6 @@ absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training,
     return absl::InvalidArgumentError(
         absl::StrCat("Dropout: needs a floating tensor, got ", x.value().ToString()));
   }
-  // The mask is applied on the host; checked before the mask draws a stream.
-  TPX_RETURN_IF_ERROR(RequireCpu(x.value(), "Dropout"));
   return Apply(std::make_shared<DropoutFn>(p, shard), {x});
 }
 

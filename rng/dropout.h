@@ -19,8 +19,9 @@
 
 namespace tpx::rng {
 
-// Errors: p outside [0, 1); x not floating; x (or, in Backward, its
-// gradient) not on the CPU (FailedPrecondition); shard not matching x.
+// The mask is drawn on the host (the same on every device); on the CPU one
+// fused loop applies it, on other devices core ops do.
+// Errors: p outside [0, 1); x not floating; shard not matching x.
 absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training = true,
                                  const ShardSpec* shard = nullptr);
 

@@ -67,8 +67,12 @@ absl::Status FillTensor(const Tensor& t, Generator& gen, const ShardSpec* shard,
         absl::StrCat(op, ": needs a defined contiguous floating tensor, got ",
                      t.defined() ? t.ToString() : std::string("undefined")));
   }
-  // Filled on the host; checked before the draw takes a stream.
-  TPX_RETURN_IF_ERROR(RequireCpu(t, op));
+  if (!t.device().is_cpu()) {
+    // Drawn on the host (the same values on every device), then copied over.
+    TPX_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(t.shape(), t.dtype()));
+    TPX_RETURN_IF_ERROR(FillTensor(host, gen, shard, op, fill_f32));
+    return t.CopyFrom(host);
+  }
   const uint64_t stream = gen.NextStream();
   std::vector<float> tmp;
   return ForEachGlobalRun(t.shape(), shard, op, [&](int64_t local, int64_t global, int64_t n) {

@@ -41,9 +41,10 @@ absl::StatusOr<ShardSpec> ShardOf(Shape global_shape, int64_t dim, int64_t rank,
 absl::Status ForEachGlobalRun(const Shape& local_shape, const ShardSpec* shard, const char* op,
                               const std::function<void(int64_t, int64_t, int64_t)>& fn);
 
-// Fill a contiguous floating CPU tensor (f32/bf16/f16; bf16/f16 round the f32 value).
-// Errors: t undefined, strided or not floating; t not on the CPU
-// (FailedPrecondition); t's shape not the shard's. No stream is drawn on error.
+// Fill a contiguous floating tensor (f32/bf16/f16; bf16/f16 round the f32
+// value). Values are drawn on the host, so every device gets the same ones;
+// other devices receive a copy. Errors: t undefined, strided or not floating;
+// t's shape not the shard's. No stream is drawn on error.
 absl::Status FillUniform(const Tensor& t, Generator& gen, float low = 0.f, float high = 1.f,
                          const ShardSpec* shard = nullptr);
 absl::Status FillNormal(const Tensor& t, Generator& gen, float mean = 0.f, float stddev = 1.f,

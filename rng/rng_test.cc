@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/autograd/engine.h"
+#include "core/device_testutil.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 #include "rng/dropout.h"
@@ -193,6 +194,39 @@ TEST(Dropout, Bf16KeepsDtype) {
   ASSERT_TRUE(y.ok());
   EXPECT_EQ(y->dtype(), DType::kBF16);
   for (float v : y->value().ToVector<float>()) EXPECT_TRUE(v == 0.f || v == 2.f);
+}
+
+// Fills and dropout give the same values on every device: the draws happen
+// on the host and only the result (or the mask) moves.
+TPX_DEVICE_TEST_SUITE(RngOnDevice);
+
+TEST_P(RngOnDevice, FillsAndDropoutMatchTheHostDraws) {
+  Generator host_gen(11), dev_gen(11);
+  Tensor host = *Tensor::Empty({5, 7}, DType::kBF16);
+  Tensor dev = *TestZeros({5, 7}, DType::kBF16);
+  ASSERT_TRUE(FillNormal(host, host_gen).ok());
+  ASSERT_TRUE(FillNormal(dev, dev_gen).ok());
+  EXPECT_EQ(dev.device(), TestDevice());
+  EXPECT_EQ(dev.ToVector<float>(), host.ToVector<float>());
+
+  ASSERT_TRUE(ModelParallelManualSeed(5, 0).ok());
+  const float scale = 1.0f / 0.7f;
+  Tensor x_host = *Tensor::Empty({16, 32});
+  ASSERT_TRUE(FillUniform(x_host, host_gen, -1.f, 1.f).ok());
+  Variable x(*x_host.To(TestDevice()), /*requires_grad=*/true);
+  auto y = Dropout(x, 0.3);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->value().device(), TestDevice());
+  ASSERT_TRUE(Backward(*y, *TestFull({16, 32}, 2.0)).ok());
+  Generator replay(5);
+  const std::vector<bool> keep = DropoutMask({16, 32}, 0.3, replay)->ToVector<bool>();
+  const std::vector<float> xv = x_host.ToVector<float>();
+  const std::vector<float> yv = y->value().ToVector<float>();
+  const std::vector<float> gv = x.grad().ToVector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    EXPECT_EQ(yv[i], keep[i] ? xv[i] * scale : 0.f) << i;
+    EXPECT_EQ(gv[i], keep[i] ? 2.f * scale : 0.f) << i;
+  }
 }
 
 }  // namespace
