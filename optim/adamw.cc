@@ -4,9 +4,31 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops.h"
 #include "core/status_macros.h"
 
 namespace tpx::optim {
+namespace {
+
+// The update of Step's host loop through core ops, for parameters on other
+// devices (same formula; intermediate roundings may differ in the last ulp).
+absl::Status StepWithOps(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s,
+                         float decay, float b1, float b2, float step_size, float inv_sqrt_bias2,
+                         float eps) {
+  if (decay != 1.0f) TPX_RETURN_IF_ERROR(ops::ScaleInPlace(p, decay));
+  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(m, b1));
+  TPX_RETURN_IF_ERROR(ops::AddInPlace(m, g, 1.0f - b1));
+  TPX_ASSIGN_OR_RETURN(Tensor g2, ops::Mul(g, g));
+  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(s, b2));
+  TPX_RETURN_IF_ERROR(ops::AddInPlace(s, g2, 1.0f - b2));
+  TPX_ASSIGN_OR_RETURN(Tensor denom, ops::Sqrt(s));
+  TPX_ASSIGN_OR_RETURN(denom, ops::Scale(denom, inv_sqrt_bias2));
+  TPX_ASSIGN_OR_RETURN(denom, ops::AddScalar(denom, eps));
+  TPX_ASSIGN_OR_RETURN(Tensor update, ops::Div(m, denom));
+  return ops::AddInPlace(p, update, -step_size);
+}
+
+}  // namespace
 
 absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions options) {
   if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1)) {
@@ -27,10 +49,9 @@ absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions opti
           "AdamW: parameter ", i, " ('", v.name(), "', ", v.value().ToString(),
           ") must be a contiguous f32 leaf that requires grad"));
     }
-    // Step updates the parameter and its moments on the host.
-    TPX_RETURN_IF_ERROR(RequireCpu(v.value(), "AdamW"));
-    TPX_ASSIGN_OR_RETURN(Tensor m, Tensor::Zeros(v.shape()));
-    TPX_ASSIGN_OR_RETURN(Tensor s, Tensor::Zeros(v.shape()));
+    const Device device = v.value().device();
+    TPX_ASSIGN_OR_RETURN(Tensor m, Tensor::Zeros(v.shape(), DType::kF32, device));
+    TPX_ASSIGN_OR_RETURN(Tensor s, Tensor::Zeros(v.shape(), DType::kF32, device));
     opt.exp_avg_.push_back(std::move(m));
     opt.exp_avg_sq_.push_back(std::move(s));
     opt.param_steps_.push_back(0);
@@ -50,7 +71,11 @@ absl::Status AdamW::Step(double lr) {
           absl::StrCat("AdamW::Step: gradient of '", v.name(), "' is ", g_t.ToString(),
                        " but the parameter is ", v.value().ToString()));
     }
-    TPX_RETURN_IF_ERROR(RequireCpu(g_t, "AdamW::Step"));
+    if (g_t.device() != v.value().device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AdamW::Step: gradient of '", v.name(), "' is on ", g_t.device().ToString(),
+          " but the parameter is on ", v.value().device().ToString()));
+    }
   }
   ++steps_;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -68,6 +93,11 @@ absl::Status AdamW::Step(double lr) {
         params_[i].weight_decay ? static_cast<float>(1.0 - lr * options_.weight_decay) : 1.0f;
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     const float eps = static_cast<float>(options_.eps);
+    if (!options_.fused || !v.value().device().is_cpu()) {
+      TPX_RETURN_IF_ERROR(StepWithOps(v.value(), g_c, exp_avg_[i], exp_avg_sq_[i], decay,
+                                      fb1, fb2, step_size, inv_sqrt_bias2, eps));
+      continue;
+    }
     float* p = v.value().data<float>();
     const float* g = g_c.data<float>();
     float* m = exp_avg_[i].data<float>();

@@ -13,7 +13,9 @@
 //   v  = b2 * v + (1 - b2) * g^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // A parameter whose grad() is undefined in a step is left untouched (its
-// moments do not advance), as in PyTorch.
+// moments do not advance), as in PyTorch. Moments live on the parameter's
+// device; CPU parameters update in one fused loop (AdamWOptions::fused),
+// others through core ops.
 // Thread-safety: none; one thread drives an optimizer.
 #ifndef TPX_OPTIM_ADAMW_H_
 #define TPX_OPTIM_ADAMW_H_
@@ -33,6 +35,9 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  // CPU parameters: one fused host loop per tensor. false: the core-op
+  // update that parameters on other devices always use.
+  bool fused = true;
 };
 
 class AdamW {
@@ -44,13 +49,12 @@ class AdamW {
   };
 
   // Errors: a parameter that is not a contiguous f32 leaf requiring grad;
-  // a parameter not on the CPU (FailedPrecondition); betas outside [0, 1);
-  // eps or weight_decay negative.
+  // betas outside [0, 1); eps or weight_decay negative.
   static absl::StatusOr<AdamW> Create(std::vector<Param> params, AdamWOptions options = {});
 
   // One update with learning rate `lr` from each parameter's grad().
   // Errors (nothing updated): a gradient whose shape differs from its
-  // parameter; a gradient not on the CPU (FailedPrecondition).
+  // parameter or lives on another device.
   absl::Status Step(double lr);
   // Clears every parameter's gradient.
   void ZeroGrad();

@@ -3,20 +3,23 @@
 #include <cmath>
 #include <vector>
 
+#include "core/device_testutil.h"
 #include "gtest/gtest.h"
 
 namespace tpx::optim {
 namespace {
 
+TPX_DEVICE_TEST_SUITE(AdamWOnDevice);
+
 Variable Param(const std::vector<float>& v) {
-  return Variable(*Tensor::FromVector<float>(v, {static_cast<int64_t>(v.size())}), true, "p");
+  return Variable(*TestFromVector<float>(v, {static_cast<int64_t>(v.size())}), true, "p");
 }
 
-TEST(AdamW, FirstStepMovesEachElementByLrTowardsMinusGradSign) {
+TEST_P(AdamWOnDevice, FirstStepMovesEachElementByLrTowardsMinusGradSign) {
   Variable p = Param({1.0f, -2.0f, 0.5f});
   auto opt = AdamW::Create({{p, true}}, {.weight_decay = 0.1});
   ASSERT_TRUE(opt.ok()) << opt.status();
-  ASSERT_TRUE(p.set_grad(*Tensor::FromVector<float>({0.3f, -4.0f, 2.0f}, {3})).ok());
+  ASSERT_TRUE(p.set_grad(*TestFromVector<float>({0.3f, -4.0f, 2.0f}, {3})).ok());
   ASSERT_TRUE(opt->Step(0.01).ok());
   // Bias-corrected m / sqrt(v) is exactly sign(g) on the first step.
   std::vector<float> got = p.value().ToVector<float>();
@@ -25,11 +28,11 @@ TEST(AdamW, FirstStepMovesEachElementByLrTowardsMinusGradSign) {
   EXPECT_NEAR(got[2], 0.5f * (1 - 0.001f) - 0.01f, 1e-6);
 }
 
-TEST(AdamW, MatchesDoublePrecisionReferenceOverManySteps) {
+// Steps of two parameters (with and without decay) against the update in double.
+void CheckAgainstDoubleReference(const AdamWOptions& o) {
   const std::vector<float> init = {0.7f, -1.3f, 0.01f, 2.5f};
   Variable decayed = Param(init);
   Variable plain = Param(init);
-  const AdamWOptions o{.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.05};
   auto opt = AdamW::Create({{decayed, true}, {plain, false}}, o);
   ASSERT_TRUE(opt.ok());
 
@@ -45,8 +48,8 @@ TEST(AdamW, MatchesDoublePrecisionReferenceOverManySteps) {
       gd[i] = 2.0f * (cur_d[i] - 1.0f) * (i + 1);
       gp[i] = 2.0f * (cur_p[i] - 1.0f) * (i + 1);
     }
-    ASSERT_TRUE(decayed.set_grad(*Tensor::FromVector<float>(gd, {4})).ok());
-    ASSERT_TRUE(plain.set_grad(*Tensor::FromVector<float>(gp, {4})).ok());
+    ASSERT_TRUE(decayed.set_grad(*TestFromVector<float>(gd, {4})).ok());
+    ASSERT_TRUE(plain.set_grad(*TestFromVector<float>(gp, {4})).ok());
     ASSERT_TRUE(opt->Step(lr).ok());
     auto ref_step = [&](std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
                         const std::vector<float>& g, double wd) {
@@ -73,11 +76,20 @@ TEST(AdamW, MatchesDoublePrecisionReferenceOverManySteps) {
   EXPECT_EQ(opt->steps_taken(), 25);
 }
 
-TEST(AdamW, SkipsParamsWithoutGradAndZeroGradClears) {
+TEST_P(AdamWOnDevice, MatchesDoublePrecisionReferenceOverManySteps) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "core ops");
+    const AdamWOptions o{
+        .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.05, .fused = fused};
+    CheckAgainstDoubleReference(o);
+  }
+}
+
+TEST_P(AdamWOnDevice, SkipsParamsWithoutGradAndZeroGradClears) {
   Variable a = Param({1.0f}), b = Param({1.0f});
   auto opt = AdamW::Create({{a, true}, {b, true}});
   ASSERT_TRUE(opt.ok());
-  ASSERT_TRUE(a.set_grad(*Tensor::FromVector<float>({1.0f}, {1})).ok());
+  ASSERT_TRUE(a.set_grad(*TestFromVector<float>({1.0f}, {1})).ok());
   ASSERT_TRUE(opt->Step(0.1).ok());
   EXPECT_LT(a.value().ToVector<float>()[0], 1.0f);
   EXPECT_EQ(b.value().ToVector<float>()[0], 1.0f);

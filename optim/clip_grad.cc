@@ -10,17 +10,19 @@ namespace tpx::optim {
 
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp) {
-  // The squares are summed on the host. Every gradient is checked, also the
-  // duplicates this rank skips, so all ranks fail alike before the collective.
-  for (const ClipParam& p : params) {
-    TPX_RETURN_IF_ERROR(RequireCpu(p.var.grad(), "GlobalGradNorm"));
-  }
   const bool count_duplicates = tp == nullptr || tp->rank() == 0;
   double sum_sq = 0;
   for (const ClipParam& p : params) {
     const Tensor& g = p.var.grad();
     if (!g.defined() || (p.tp_duplicate && !count_duplicates)) continue;
     TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
+    if (!g32.device().is_cpu()) {
+      // On the device: one f32 sum of squares per tensor, added up in double.
+      TPX_ASSIGN_OR_RETURN(Tensor squares, ops::Mul(g32, g32));
+      TPX_ASSIGN_OR_RETURN(Tensor sum, ops::SumAll(squares));
+      sum_sq += sum.Item();
+      continue;
+    }
     const float* d = g32.data<float>();
     const int64_t n = g32.numel();
     for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(d[i]) * d[i];

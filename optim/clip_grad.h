@@ -32,8 +32,9 @@ struct ClipParam {
 };
 
 // The L2 norm of all gradients (undefined grads count as zero). tp may be
-// null (a single rank). Collective over tp. Error: a gradient not on the CPU
-// (FailedPrecondition).
+// null (a single rank). Collective over tp. Gradients may live on any device
+// (CPU: summed in double on the host; others: f32 sums per tensor on the
+// device).
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/device_testutil.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 #include "optim/grad_sync.h"
@@ -93,6 +94,28 @@ TEST(ClipGradNorm, SingleProcessAndErrors) {
   EXPECT_FALSE(ClipGradNorm(params, 0.0, nullptr).ok());
   EXPECT_TRUE(params[1].var.set_grad(*Tensor::Full({3}, NAN)).ok());
   EXPECT_FALSE(ClipGradNorm(params, 1.0, nullptr).ok());
+}
+
+TPX_DEVICE_TEST_SUITE(ClipGradOnDevice);
+
+TEST_P(ClipGradOnDevice, NormAndClippingOfGradientsOnTheDevice) {
+  const Tensor g1 = RandomTensor({40, 3}, DType::kF32, 1), g2 = RandomTensor({7}, DType::kBF16, 2);
+  double want = 0;
+  for (const Tensor& g : {g1, g2}) {
+    for (double v : g.ToVector<double>()) want += v * v;
+  }
+  want = std::sqrt(want);
+  std::vector<ClipParam> params;
+  for (const Tensor& g : {g1, g2}) {
+    Variable v(*TestZeros(g.shape(), g.dtype()), /*requires_grad=*/true);
+    ASSERT_TRUE(v.set_grad(*g.To(TestDevice())).ok());
+    params.push_back({v, false});
+  }
+  auto norm = ClipGradNorm(params, want / 2, nullptr);
+  ASSERT_TRUE(norm.ok()) << norm.status();
+  EXPECT_NEAR(*norm, want, 1e-5 * want);
+  EXPECT_NEAR(*GlobalGradNorm(params, nullptr), want / 2, 1e-2 * want);  // bf16 rounding
+  EXPECT_EQ(params[0].var.grad().device(), TestDevice());
 }
 
 }  // namespace
