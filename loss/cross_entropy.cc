@@ -206,6 +206,7 @@ class VocabParallelCrossEntropyFn final : public Function {
   absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
     const Tensor& logits = in[0];
     TPX_RETURN_IF_ERROR(Setup(logits));
+    if (!UsesFusedLoops(logits)) return ForwardWithOps(logits);
     TPX_ASSIGN_OR_RETURN(Tensor stats, Tensor::Empty({tp_size_, rows_, 4}, DType::kF32));
     float* local = stats.data<float>() + static_cast<int64_t>(rank_) * rows_ * 4;
     TPX_RETURN_IF_ERROR(DispatchLogits(logits.dtype(), [&](auto tag) {
@@ -226,7 +227,7 @@ class VocabParallelCrossEntropyFn final : public Function {
       TPX_RETURN_IF_ERROR(tp_->AllGather(stats.raw_data(), rows_ * 4, DType::kF32).Wait());
     }
     TPX_ASSIGN_OR_RETURN(Tensor loss, Tensor::Empty(target_.shape(), DType::kF32));
-    TPX_ASSIGN_OR_RETURN(lse_, Tensor::Empty({rows_}, DType::kF32));
+    TPX_ASSIGN_OR_RETURN(lse_, Tensor::Empty({rows_, 1}, DType::kF32));
     Combine(stats.data<float>(), loss.data<float>(), lse_.data<float>());
     SaveForBackward({logits});
     return std::vector<Tensor>{loss};
@@ -234,9 +235,14 @@ class VocabParallelCrossEntropyFn final : public Function {
 
   absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> grads) override {
     const Tensor& logits = saved(0);
-    TPX_RETURN_IF_ERROR(RequireCpu(grads[0], "VocabParallelCrossEntropy backward"));
+    if (grads[0].device() != logits.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(), ": the loss gradient is on ", grads[0].device().ToString(),
+          " but the logits are on ", logits.device().ToString()));
+    }
     TPX_ASSIGN_OR_RETURN(Tensor g32, grads[0].To(DType::kF32));
     TPX_ASSIGN_OR_RETURN(Tensor g, g32.Contiguous());
+    if (!UsesFusedLoops(logits)) return BackwardWithOps(logits, g);
     Tensor dx = logits;
     if (!opt_.in_place_grad) {
       TPX_ASSIGN_OR_RETURN(dx, Tensor::Empty(logits.shape(), logits.dtype()));
@@ -275,6 +281,122 @@ class VocabParallelCrossEntropyFn final : public Function {
   }
 
  private:
+  // The fused loops read the logits on the host; other devices (and
+  // fused = false) take the core-op path, which computes the same per-token
+  // statistics and gradient.
+  bool UsesFusedLoops(const Tensor& logits) const {
+    return opt_.fused && logits.device().is_cpu();
+  }
+
+  // Host tensors built from per-row values, moved to `device`.
+  template <typename T>
+  static absl::StatusOr<Tensor> RowsOn(const std::vector<T>& values, Shape shape, Device device) {
+    TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::FromVector<T>(values, std::move(shape)));
+    return t.To(device);
+  }
+
+  // Rows whose target is ignore_index, as a [rows, 1] bool mask on `device`.
+  absl::StatusOr<Tensor> IgnoredRows(Device device) const {
+    std::vector<bool> ignored(static_cast<size_t>(rows_));
+    for (int64_t r = 0; r < rows_; ++r) ignored[r] = targets_[r] == opt_.ignore_index;
+    return RowsOn(ignored, {rows_, 1}, device);
+  }
+
+  // This rank's LocalStats per token ([rows, 4] f32 on the logits' device).
+  absl::StatusOr<Tensor> LocalStatsWithOps(const Tensor& logits) const {
+    const Device device = logits.device();
+    if (v_local_ == 0) {  // no classes here: max -inf, empty sums
+      std::vector<float> none(static_cast<size_t>(rows_ * 4), 0.f);
+      for (int64_t r = 0; r < rows_; ++r) none[r * 4] = kNegInf;
+      return RowsOn(none, {rows_, 4}, device);
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor x, logits.View({rows_, v_local_}));
+    TPX_ASSIGN_OR_RETURN(x, x.To(DType::kF32));
+    TPX_ASSIGN_OR_RETURN(Tensor max, ops::Max(x, 1, /*keepdim=*/true));
+    // A row of -inf logits shifts by 0 (not -inf - -inf), as RowStats does.
+    TPX_ASSIGN_OR_RETURN(Tensor all_neg_inf, ops::EqScalar(max, kNegInf));
+    TPX_ASSIGN_OR_RETURN(Tensor shift, ops::MaskedFill(max, all_neg_inf, 0.0));
+    TPX_ASSIGN_OR_RETURN(Tensor shifted, ops::Sub(x, shift));
+    TPX_ASSIGN_OR_RETURN(Tensor exps, ops::Exp(shifted));
+    TPX_ASSIGN_OR_RETURN(Tensor sum_exp, ops::Sum(exps, 1, /*keepdim=*/true));
+    TPX_ASSIGN_OR_RETURN(Tensor sum_shifted, ops::Sum(shifted, 1, /*keepdim=*/true));
+    // The target's logit where it is local (a gather from the flat logits).
+    std::vector<int64_t> at(static_cast<size_t>(rows_));
+    std::vector<bool> absent(static_cast<size_t>(rows_));
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t t = LocalTarget(r);
+      at[r] = r * v_local_ + std::max<int64_t>(t, 0);
+      absent[r] = t < 0;
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor at_t, RowsOn(at, {rows_}, device));
+    TPX_ASSIGN_OR_RETURN(Tensor absent_t, RowsOn(absent, {rows_, 1}, device));
+    TPX_ASSIGN_OR_RETURN(Tensor flat, x.View({rows_ * v_local_}));
+    TPX_ASSIGN_OR_RETURN(Tensor target, ops::IndexSelect(flat, 0, at_t));
+    TPX_ASSIGN_OR_RETURN(target, target.View({rows_, 1}));
+    TPX_ASSIGN_OR_RETURN(target, ops::MaskedFill(target, absent_t, 0.0));
+    return ops::Concat({max, sum_exp, sum_shifted, target}, 1);
+  }
+
+  absl::StatusOr<std::vector<Tensor>> ForwardWithOps(const Tensor& logits) {
+    const Device device = logits.device();
+    TPX_ASSIGN_OR_RETURN(Tensor local, LocalStatsWithOps(logits));
+    Tensor all = local;
+    if (tp_size_ > 1) {
+      TPX_ASSIGN_OR_RETURN(all, Tensor::Empty({tp_size_ * rows_, 4}, DType::kF32, device));
+      TPX_RETURN_IF_ERROR(tp_->AllGather(local, all).Wait());
+    }
+    // rows x tp x 4 floats: combined on the host like the fused path.
+    const std::vector<float> stats = all.ToVector<float>();
+    std::vector<float> loss(static_cast<size_t>(rows_)), lse(static_cast<size_t>(rows_));
+    Combine(stats.data(), loss.data(), lse.data());
+    TPX_ASSIGN_OR_RETURN(lse_, RowsOn(lse, {rows_, 1}, device));
+    TPX_ASSIGN_OR_RETURN(Tensor loss_t, RowsOn(loss, target_.shape(), device));
+    SaveForBackward({logits});
+    return std::vector<Tensor>{loss_t};
+  }
+
+  // dx = g (softmax(x) - s/K) - [i == target] g (1 - s); zero for ignored rows.
+  absl::StatusOr<std::vector<Tensor>> BackwardWithOps(const Tensor& logits, const Tensor& g) {
+    const Device device = logits.device();
+    TPX_ASSIGN_OR_RETURN(Tensor x, logits.View({rows_, v_local_}));
+    TPX_ASSIGN_OR_RETURN(x, x.To(DType::kF32));
+    TPX_ASSIGN_OR_RETURN(Tensor g_rows, g.View({rows_, 1}));
+    TPX_ASSIGN_OR_RETURN(Tensor p, ops::Sub(x, lse_));
+    TPX_ASSIGN_OR_RETURN(p, ops::Exp(p));
+    const double smooth_over_k = smoothing_ / static_cast<double>(vocab_);
+    if (smooth_over_k != 0.0) {
+      TPX_ASSIGN_OR_RETURN(p, ops::AddScalar(p, -smooth_over_k));
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor dx, ops::Mul(p, g_rows));
+    TPX_ASSIGN_OR_RETURN(Tensor ignored, IgnoredRows(device));
+    TPX_ASSIGN_OR_RETURN(dx, ops::MaskedFill(dx, ignored, 0.0));
+    // The target term, scattered into the rows whose target is local.
+    std::vector<int64_t> at, rows;
+    for (int64_t r = 0; r < rows_; ++r) {
+      const int64_t t = LocalTarget(r);
+      if (targets_[r] == opt_.ignore_index || t < 0) continue;
+      at.push_back(r * v_local_ + t);
+      rows.push_back(r);
+    }
+    if (!at.empty()) {
+      const int64_t n = static_cast<int64_t>(at.size());
+      TPX_ASSIGN_OR_RETURN(Tensor at_t, RowsOn(at, {n}, device));
+      TPX_ASSIGN_OR_RETURN(Tensor rows_t, RowsOn(rows, {n}, device));
+      TPX_ASSIGN_OR_RETURN(Tensor g_flat, g.View({rows_}));
+      TPX_ASSIGN_OR_RETURN(Tensor coeff, ops::IndexSelect(g_flat, 0, rows_t));
+      TPX_ASSIGN_OR_RETURN(coeff, ops::Scale(coeff, -(1.0 - smoothing_)));
+      TPX_ASSIGN_OR_RETURN(Tensor dx_flat, dx.View({rows_ * v_local_}));
+      TPX_RETURN_IF_ERROR(ops::IndexAdd(dx_flat, 0, at_t, coeff));
+    }
+    TPX_ASSIGN_OR_RETURN(dx, dx.To(logits.dtype()));
+    TPX_ASSIGN_OR_RETURN(dx, dx.View(logits.shape()));
+    if (opt_.in_place_grad) {
+      TPX_RETURN_IF_ERROR(logits.CopyFrom(dx));
+      return std::vector<Tensor>{logits};
+    }
+    return std::vector<Tensor>{dx};
+  }
+
   template <typename Fn>
   static absl::Status DispatchLogits(DType dtype, Fn&& fn) {
     switch (dtype) {
@@ -389,10 +511,6 @@ class VocabParallelCrossEntropyFn final : public Function {
 absl::StatusOr<Variable> VocabParallelCrossEntropy(const Variable& logits, const Tensor& target,
                                                    comm::Communicator* tp,
                                                    const CrossEntropyOptions& options) {
-  // The per-token passes read the logits on the host.
-  if (logits.defined()) {
-    TPX_RETURN_IF_ERROR(RequireCpu(logits.value(), "VocabParallelCrossEntropy"));
-  }
   return Apply(std::make_shared<VocabParallelCrossEntropyFn>(target, tp, options), {logits});
 }
 

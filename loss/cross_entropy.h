@@ -42,16 +42,21 @@ struct CrossEntropyOptions {
   // ops::SplitSizes(K, tp size), so uneven vocabularies work.
   int64_t vocab_size = 0;
   bool in_place_grad = false;
-  // Threads over tokens for the per-token passes.
+  // Threads over tokens for the per-token passes (fused CPU loops).
   int num_threads = 1;
+  // CPU logits: the fused per-token loops. false: the core-op path that
+  // logits on other devices always take (same results within rounding; one
+  // all-gather of 4 f32 per token as well).
+  bool fused = true;
 };
 
-// logits: [..., v_local] f32/bf16/f16 contiguous CPU; target: logits' shape
-// without the last dim, i64 or i32. tp may be null (one rank). Returns the
-// per-token loss (f32, target's shape). Errors: shapes/dtypes; logits (or,
-// in Backward, the loss gradient) not on the CPU (FailedPrecondition); a
-// target outside [0, K) other than ignore_index (names the first such
-// position); vocab size not matching the shards; communication failures.
+// logits: [..., v_local] f32/bf16/f16 contiguous, on any device (targets are
+// read on the host); target: logits' shape without the last dim, i64 or i32.
+// tp may be null (one rank). Returns the per-token loss (f32, target's shape,
+// on the logits' device). Errors: shapes/dtypes; a loss gradient on another
+// device than the logits; a target outside [0, K) other than ignore_index
+// (names the first such position); vocab size not matching the shards;
+// communication failures.
 absl::StatusOr<Variable> VocabParallelCrossEntropy(const Variable& logits, const Tensor& target,
                                                    comm::Communicator* tp,
                                                    const CrossEntropyOptions& options = {});

@@ -55,8 +55,9 @@ Reference ComputeReference(const std::vector<float>& logits, const std::vector<i
   return ref;
 }
 
-// Runs every case on one rank of a TP group of ctx.size ranks.
-void RunCases(testing::RankContext& ctx) {
+// Runs every case on one rank of a TP group of ctx.size ranks, through the
+// fused CPU loops or the core-op path (the one other devices take).
+void RunCases(testing::RankContext& ctx, bool fused) {
   const int tp = ctx.size, rank = ctx.rank;
   const int64_t ignore = -100;
   std::vector<Case> cases = {
@@ -69,7 +70,8 @@ void RunCases(testing::RankContext& ctx) {
   };
   for (const Case& c : cases) {
     if (c.even_split_default && c.vocab % tp != 0) continue;
-    SCOPED_TRACE(::testing::Message() << "tp " << tp << " vocab " << c.vocab << " eps "
+    SCOPED_TRACE(::testing::Message() << (fused ? "fused" : "core ops") << " tp " << tp
+                                    << " vocab " << c.vocab << " eps "
                                     << c.smoothing << " dtype " << DTypeName(c.dtype)
                                     << " scale " << c.logit_scale);
     std::mt19937 rng(static_cast<uint32_t>(c.vocab * 31 + c.tokens));
@@ -105,6 +107,7 @@ void RunCases(testing::RankContext& ctx) {
     opts.ignore_index = ignore;
     opts.vocab_size = c.even_split_default ? 0 : c.vocab;
     opts.num_threads = 2;
+    opts.fused = fused;
     auto loss = VocabParallelCrossEntropy(logits, target_t, &ctx.comm, opts);
     ASSERT_TRUE(loss.ok()) << loss.status();
     ASSERT_EQ(loss->shape(), (Shape{c.tokens / 2, 2}));
@@ -134,7 +137,10 @@ void RunCases(testing::RankContext& ctx) {
 
 TEST(VocabParallelCrossEntropy, MatchesFullVocabularyAtTp1To4) {
   for (int tp : {1, 2, 3, 4}) {
-    testing::RunOnRanks(tp, RunCases);
+    testing::RunOnRanks(tp, [](testing::RankContext& ctx) {
+      RunCases(ctx, /*fused=*/true);
+      RunCases(ctx, /*fused=*/false);
+    });
   }
 }
 
