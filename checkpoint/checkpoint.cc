@@ -64,13 +64,11 @@ class GatherPieceFn final : public Function {
   absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
     const int64_t numel = NumElements(d_->shape);
     const std::vector<int64_t> sizes = PieceSizes(numel, *d_->tp);
-    std::vector<int64_t> displs(sizes.size(), 0);
-    for (size_t r = 1; r < sizes.size(); ++r) displs[r] = displs[r - 1] + sizes[r - 1];
-    TPX_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty(d_->shape, in[0].dtype()));
+    TPX_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({numel}, in[0].dtype(), in[0].device()));
     TPX_ASSIGN_OR_RETURN(Tensor piece, in[0].Contiguous());
-    TPX_RETURN_IF_ERROR(
-        d_->tp->AllGatherV(piece.raw_data(), full.raw_data(), sizes, displs, piece.dtype())
-            .Wait());
+    TPX_ASSIGN_OR_RETURN(piece, piece.View({piece.numel()}));
+    TPX_RETURN_IF_ERROR(d_->tp->AllGatherV(piece, full, sizes).Wait());
+    TPX_ASSIGN_OR_RETURN(full, full.View(d_->shape));
     return std::vector<Tensor>{full};
   }
   absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
@@ -116,8 +114,6 @@ absl::StatusOr<std::vector<Variable>> Checkpoint(ag::RecomputeFn fn,
     return absl::InvalidArgumentError(
         "Checkpoint: distribute_saved_activations needs a defined first input");
   }
-  // Its pieces travel through the communicator's host-buffer all-gather.
-  TPX_RETURN_IF_ERROR(RequireCpu(inputs[0].value(), "Checkpoint"));
   auto d = std::make_shared<DistributedInput>();
   d->tp = tp;
   d->shape = inputs[0].shape();

@@ -28,10 +28,8 @@
 
 namespace tpx::checkpoint {
 
-// Errors: fn's errors; distribute_saved_activations without a communicator,
-// with an undefined first input, or (on more than one rank) with a first
-// input not on the CPU (FailedPrecondition); communication failures in
-// Backward.
+// Errors: fn's errors; distribute_saved_activations without a communicator
+// or with an undefined first input; communication failures in Backward.
 absl::StatusOr<std::vector<Variable>> Checkpoint(ag::RecomputeFn fn,
                                                  bool distribute_saved_activations,
                                                  absl::Span<const Variable> inputs,
