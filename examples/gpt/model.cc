@@ -23,19 +23,20 @@ namespace {
 constexpr double kLayerNormEps = 1e-5;
 constexpr double kInitStd = 0.02;
 
-absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name) {
-  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Full(std::move(shape), value));
+absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, Device device) {
+  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Full(std::move(shape), value, DType::kF32, device));
   return Variable(t, /*requires_grad=*/true, std::move(name));
 }
 
 // [T, T] additive mask: 0 on and below the diagonal, a large negative above
 // it, so softmax gives future positions (numerically) zero weight.
-absl::StatusOr<Tensor> CausalMask(int64_t t) {
+absl::StatusOr<Tensor> CausalMask(int64_t t, Device device) {
   std::vector<float> m(t * t, 0.0f);
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t j = i + 1; j < t; ++j) m[i * t + j] = -1e9f;
   }
-  return Tensor::FromVector<float>(m, {t, t});
+  TPX_ASSIGN_OR_RETURN(Tensor mask, Tensor::FromVector<float>(m, {t, t}));
+  return mask.To(device);
 }
 
 }  // namespace
@@ -69,15 +70,16 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
   // in the model, so layers are independent and TP-size invariant.
   uint64_t next_seed = c.seed * 1000003ull;
 
-  TPX_ASSIGN_OR_RETURN(auto emb, layers::VocabParallelEmbedding::Create(
-                                     tp, c.vocab_size, c.d_model,
-                                     {.sequence_parallel = sp,
-                                      .init_method = layers::NormalInit(kInitStd),
-                                      .seed = ++next_seed}));
+  TPX_ASSIGN_OR_RETURN(
+      auto emb, layers::VocabParallelEmbedding::Create(tp, c.vocab_size, c.d_model,
+                                                       {.sequence_parallel = sp,
+                                                        .init_method = layers::NormalInit(kInitStd),
+                                                        .seed = ++next_seed,
+                                                        .device = c.device}));
   model->embedding_ = std::make_unique<layers::VocabParallelEmbedding>(std::move(emb));
   model->AddParam(model->embedding_->weight(), false, false, true);
 
-  TPX_ASSIGN_OR_RETURN(Tensor pos, Tensor::Empty({c.seq_len, c.d_model}));
+  TPX_ASSIGN_OR_RETURN(Tensor pos, Tensor::Empty({c.seq_len, c.d_model}, DType::kF32, c.device));
   TPX_RETURN_IF_ERROR(layers::FillNormal(pos, ++next_seed, 0.0, kInitStd));
   model->positions_ = Variable(pos, true, "positions");
   model->AddParam(model->positions_, true, sp, true);
@@ -87,32 +89,39 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
   for (int64_t l = 0; l < c.n_layers; ++l) {
     Block b;
     const std::string p = absl::StrCat("block", l, ".");
-    TPX_ASSIGN_OR_RETURN(b.ln1_w, Filled({c.d_model}, 1.0, p + "ln1.weight"));
-    TPX_ASSIGN_OR_RETURN(b.ln1_b, Filled({c.d_model}, 0.0, p + "ln1.bias"));
-    TPX_ASSIGN_OR_RETURN(b.ln2_w, Filled({c.d_model}, 1.0, p + "ln2.weight"));
-    TPX_ASSIGN_OR_RETURN(b.ln2_b, Filled({c.d_model}, 0.0, p + "ln2.bias"));
+    TPX_ASSIGN_OR_RETURN(b.ln1_w, Filled({c.d_model}, 1.0, p + "ln1.weight", c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln1_b, Filled({c.d_model}, 0.0, p + "ln1.bias", c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln2_w, Filled({c.d_model}, 1.0, p + "ln2.weight", c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln2_b, Filled({c.d_model}, 0.0, p + "ln2.bias", c.device));
     // Fused QKV rows are [q | k | v], each head-major; stride 3 hands every
     // rank the q, k and v rows of its own heads.
-    TPX_ASSIGN_OR_RETURN(auto qkv, layers::ColumnParallelLinear::Create(
-                                       tp, c.d_model, 3 * c.d_model,
-                                       {.sequence_parallel = sp, .stride = 3,
-                                        .init_method = layers::NormalInit(kInitStd),
-                                        .seed = ++next_seed}));
+    TPX_ASSIGN_OR_RETURN(
+        auto qkv, layers::ColumnParallelLinear::Create(tp, c.d_model, 3 * c.d_model,
+                                                       {.sequence_parallel = sp,
+                                                        .stride = 3,
+                                                        .init_method = layers::NormalInit(kInitStd),
+                                                        .seed = ++next_seed,
+                                                        .device = c.device}));
     TPX_ASSIGN_OR_RETURN(auto attn_out, layers::RowParallelLinear::Create(
                                             tp, c.d_model, c.d_model,
-                                            {.input_is_parallel = true, .sequence_parallel = sp,
+                                            {.input_is_parallel = true,
+                                             .sequence_parallel = sp,
                                              .init_method = layers::NormalInit(out_std),
-                                             .seed = ++next_seed}));
-    TPX_ASSIGN_OR_RETURN(auto fc1, layers::ColumnParallelLinear::Create(
-                                       tp, c.d_model, c.d_ff,
-                                       {.sequence_parallel = sp,
-                                        .init_method = layers::NormalInit(kInitStd),
-                                        .seed = ++next_seed}));
-    TPX_ASSIGN_OR_RETURN(auto fc2, layers::RowParallelLinear::Create(
-                                       tp, c.d_ff, c.d_model,
-                                       {.input_is_parallel = true, .sequence_parallel = sp,
-                                        .init_method = layers::NormalInit(out_std),
-                                        .seed = ++next_seed}));
+                                             .seed = ++next_seed,
+                                             .device = c.device}));
+    TPX_ASSIGN_OR_RETURN(
+        auto fc1, layers::ColumnParallelLinear::Create(tp, c.d_model, c.d_ff,
+                                                       {.sequence_parallel = sp,
+                                                        .init_method = layers::NormalInit(kInitStd),
+                                                        .seed = ++next_seed,
+                                                        .device = c.device}));
+    TPX_ASSIGN_OR_RETURN(
+        auto fc2, layers::RowParallelLinear::Create(tp, c.d_ff, c.d_model,
+                                                    {.input_is_parallel = true,
+                                                     .sequence_parallel = sp,
+                                                     .init_method = layers::NormalInit(out_std),
+                                                     .seed = ++next_seed,
+                                                     .device = c.device}));
     b.qkv = std::make_unique<layers::ColumnParallelLinear>(std::move(qkv));
     b.attn_out = std::make_unique<layers::RowParallelLinear>(std::move(attn_out));
     b.fc1 = std::make_unique<layers::ColumnParallelLinear>(std::move(fc1));
@@ -129,8 +138,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
     model->AddParam(b.fc2->bias(), true, sp, false);
     model->blocks_.push_back(std::move(b));
   }
-  TPX_ASSIGN_OR_RETURN(model->lnf_w_, Filled({c.d_model}, 1.0, "lnf.weight"));
-  TPX_ASSIGN_OR_RETURN(model->lnf_b_, Filled({c.d_model}, 0.0, "lnf.bias"));
+  TPX_ASSIGN_OR_RETURN(model->lnf_w_, Filled({c.d_model}, 1.0, "lnf.weight", c.device));
+  TPX_ASSIGN_OR_RETURN(model->lnf_b_, Filled({c.d_model}, 0.0, "lnf.bias", c.device));
   model->AddParam(model->lnf_w_, true, sp, false);
   model->AddParam(model->lnf_b_, true, sp, false);
   return model;
@@ -175,7 +184,7 @@ absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int
   TPX_ASSIGN_OR_RETURN(Variable kt, ag::Transpose(k, 1, 2));
   TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, kt));
   TPX_ASSIGN_OR_RETURN(scores, ag::Scale(scores, 1.0 / std::sqrt(static_cast<double>(hd))));
-  TPX_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t));
+  TPX_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, config_.device));
   TPX_ASSIGN_OR_RETURN(scores, ag::Add(scores, Variable(mask)));
   TPX_ASSIGN_OR_RETURN(Variable probs, ag::Softmax(scores, -1));
   if (training && config_.dropout > 0) {

@@ -48,6 +48,9 @@ struct GptConfig {
   // Recompute each block's activations in Backward (checkpoint/).
   bool activation_checkpointing = false;
   uint64_t seed = 1234;
+  // Where parameters and activations live; CUDA needs a device backend
+  // (nccl) and //core/cuda linked in.
+  Device device = Device::CPU();
 };
 
 // A trainable parameter and what the optimizer needs to know about it.

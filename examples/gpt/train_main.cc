@@ -31,6 +31,9 @@
 ABSL_FLAG(int, nproc, 2, "Ranks to start on this machine (ignored under a launcher).");
 ABSL_FLAG(int, tp, 2, "Tensor-parallel size (divides the world size; the rest is data-parallel).");
 ABSL_FLAG(std::string, backend, "", "Communication backend plugin (default: --tpx_comm_backend).");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu, or cuda: every rank trains on the GPU of its communicator (needs a device "
+          "backend, --backend=nccl, and one GPU per local rank).");
 ABSL_FLAG(int64_t, steps, 500, "Optimizer steps.");
 ABSL_FLAG(double, lr, 6e-3, "Peak learning rate.");
 ABSL_FLAG(double, min_lr, 3e-4, "Final learning rate of the cosine decay.");
@@ -117,6 +120,18 @@ absl::Status RankMain() {
 
   TrainOptions o;
   o.model = GptConfigFromFlags();
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (device == "cuda") {
+    if (!world->device_memory() || world->device() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device=cuda needs a backend that works on GPU memory (--backend=nccl); ",
+          world->backend(), " is a host-memory backend"));
+    }
+    o.model.device = Device::CUDA(world->device());
+  } else if (device != "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got '", device, "'"));
+  }
   o.tp = absl::GetFlag(FLAGS_tp);
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
@@ -135,9 +150,10 @@ absl::Status RankMain() {
     std::printf("data: %s (%zu train / %zu validation bytes); unigram entropy %.3f nats/byte\n",
                 path.c_str(), data.train().size(), data.validation().size(),
                 data.UnigramEntropyNats());
-    std::printf("world %d = tp %d x dp %d, backend %s; model: %lld layers, d_model %lld, %lld "
+    std::printf("world %d = tp %d x dp %d, backend %s, device %s; model: %lld layers, d_model %lld, %lld "
                 "heads, d_ff %lld, seq_len %lld, dropout %.2f%s%s\n",
                 world->size(), o.tp, world->size() / std::max(o.tp, 1), world->backend().c_str(),
+                o.model.device.ToString().c_str(),
                 static_cast<long long>(o.model.n_layers), static_cast<long long>(o.model.d_model),
                 static_cast<long long>(o.model.n_heads), static_cast<long long>(o.model.d_ff),
                 static_cast<long long>(o.model.seq_len), o.model.dropout,
