@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/merge_dims.h"
 
 namespace tpx::cpu {
 
@@ -85,30 +86,19 @@ inline To Convert(From v) {
 // Runs body(ptrs, byte_strides, n) over every innermost row of an
 // N-operand strided iteration of `shape`. Operand i starts at base[i] (bytes)
 // and advances strides[i][d] elements of elem_size[i] bytes along dim d
-// (stride 0 = broadcast). Dims of size 1 are dropped and dims contiguous for
-// all operands are merged first, so contiguous operands give one row.
+// (stride 0 = broadcast). The dims are merged first (core/merge_dims.h), so
+// contiguous operands give one row.
 template <size_t N, typename Body>
 void ForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
                 std::array<absl::Span<const int64_t>, N> strides,
                 std::array<int64_t, N> elem_size, Body&& body) {
-  std::vector<int64_t> sizes;
-  std::vector<std::array<int64_t, N>> bstrides;  // byte strides, outermost first
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return;
-    if (shape[d] == 1) continue;
-    std::array<int64_t, N> s;
-    for (size_t i = 0; i < N; ++i) s[i] = strides[i][d] * elem_size[i];
-    if (!sizes.empty()) {
-      bool mergeable = true;
-      for (size_t i = 0; i < N; ++i) mergeable &= bstrides.back()[i] == s[i] * shape[d];
-      if (mergeable) {
-        sizes.back() *= shape[d];
-        bstrides.back() = s;
-        continue;
-      }
-    }
-    sizes.push_back(shape[d]);
-    bstrides.push_back(s);
+  static_assert(N <= kMaxMergeOperands);
+  const MergedDims merged = MergeDims(shape, absl::MakeConstSpan(strides.data(), N));
+  if (merged.empty) return;
+  const std::vector<int64_t>& sizes = merged.sizes;
+  std::vector<std::array<int64_t, N>> bstrides(sizes.size());  // byte strides, outermost first
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    for (size_t i = 0; i < N; ++i) bstrides[d][i] = merged.strides[d][i] * elem_size[i];
   }
   if (sizes.empty()) {
     body(base, std::array<int64_t, N>{}, int64_t{1});
@@ -134,19 +124,6 @@ void ForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
       counter[d] = 0;
     }
   }
-}
-
-// Strides of a tensor with `shape`/`strides` broadcast to `out_shape`
-// (right-aligned; size-1 and missing dims get stride 0). Caller validated.
-inline std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> shape,
-                                             absl::Span<const int64_t> strides,
-                                             absl::Span<const int64_t> out_shape) {
-  std::vector<int64_t> out(out_shape.size(), 0);
-  const size_t lead = out_shape.size() - shape.size();
-  for (size_t d = 0; d < shape.size(); ++d) {
-    out[lead + d] = shape[d] == 1 ? 0 : strides[d];
-  }
-  return out;
 }
 
 }  // namespace tpx::cpu

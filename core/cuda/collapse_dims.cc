@@ -5,11 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/merge_dims.h"
 
 namespace tpx::cuda {
 namespace {
-
-using OperandStrides = std::array<int64_t, StridedLayout::kMaxOperands>;
 
 std::string Describe(absl::Span<const int64_t> shape,
                      absl::Span<const absl::Span<const int64_t>> strides) {
@@ -20,6 +19,8 @@ std::string Describe(absl::Span<const int64_t> shape,
 }
 
 }  // namespace
+
+static_assert(StridedLayout::kMaxOperands <= kMaxMergeOperands);
 
 absl::StatusOr<StridedLayout> CollapseDims(absl::Span<const int64_t> shape,
                                            absl::Span<const absl::Span<const int64_t>> strides,
@@ -46,25 +47,8 @@ absl::StatusOr<StridedLayout> CollapseDims(absl::Span<const int64_t> shape,
   }
   if (layout.numel == 0) return layout;  // nothing to visit; rank 0
 
-  // Outermost first, like the tensors.
-  std::vector<int64_t> sizes;
-  std::vector<OperandStrides> dim_strides;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    OperandStrides s{};
-    for (size_t k = 0; k < operands; ++k) s[k] = strides[k][d];
-    if (!sizes.empty()) {
-      bool mergeable = true;
-      for (size_t k = 0; k < operands; ++k) mergeable &= dim_strides.back()[k] == s[k] * shape[d];
-      if (mergeable) {
-        sizes.back() *= shape[d];
-        dim_strides.back() = s;
-        continue;
-      }
-    }
-    sizes.push_back(shape[d]);
-    dim_strides.push_back(s);
-  }
+  const MergedDims merged = MergeDims(shape, strides);
+  const std::vector<int64_t>& sizes = merged.sizes;
   if (sizes.size() > static_cast<size_t>(StridedLayout::kMaxDims)) {
     return absl::UnimplementedError(absl::StrCat(
         op, ": CUDA kernels handle at most ", StridedLayout::kMaxDims,
@@ -74,7 +58,7 @@ absl::StatusOr<StridedLayout> CollapseDims(absl::Span<const int64_t> shape,
   layout.rank = static_cast<int32_t>(sizes.size());
   for (size_t d = 0; d < sizes.size(); ++d) {
     layout.sizes[d] = sizes[d];
-    for (size_t k = 0; k < operands; ++k) layout.strides[k][d] = dim_strides[d][k];
+    for (size_t k = 0; k < operands; ++k) layout.strides[k][d] = merged.strides[d][k];
   }
   layout.contiguous = true;
   if (layout.rank == 1) {

@@ -1,6 +1,6 @@
 // Host-side preparation of elementwise CUDA launches: turns a shape and the
 // strides of each operand over it into a StridedLayout with as few dims as
-// possible (the CUDA counterpart of cpu::ForEachRow's collapsing).
+// possible, by the rule the CPU loops use (core/merge_dims.h).
 //
 //   // out and a transposed input, both [4, 5]:
 //   TPX_ASSIGN_OR_RETURN(StridedLayout l,
