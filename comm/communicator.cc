@@ -130,6 +130,34 @@ CollectiveArgs MakeScatter(const void* send, void* recv, int64_t count, DType dt
   return a;
 }
 
+CollectiveArgs MakeGatherV(const void* send, int64_t send_count, void* recv, Counts recv_counts,
+                           Counts recv_displs, DType dtype, int root, int rank) {
+  CollectiveArgs a = Make(K::kGatherV, "gather_v", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.count = send_count;
+  a.peer = root;
+  if (rank == root) {
+    a.recv_counts = ToVector(recv_counts);
+    a.recv_displs = ToVector(recv_displs);
+  }
+  return a;
+}
+
+CollectiveArgs MakeScatterV(const void* send, Counts send_counts, Counts send_displs, void* recv,
+                            int64_t recv_count, DType dtype, int root, int rank) {
+  CollectiveArgs a = Make(K::kScatterV, "scatter_v", dtype);
+  a.send = send;
+  a.recv = recv;
+  a.count = recv_count;
+  a.peer = root;
+  if (rank == root) {
+    a.send_counts = ToVector(send_counts);
+    a.send_displs = ToVector(send_displs);
+  }
+  return a;
+}
+
 CollectiveArgs MakeAllToAll(const void* send, void* recv, int64_t count, DType dtype, int size) {
   CollectiveArgs a = Make(K::kAllToAllV, "all_to_all", dtype);
   a.send = send;
@@ -229,16 +257,8 @@ Work Communicator::Gather(const void* send, void* recv, int64_t count, DType dty
 
 Work Communicator::GatherV(const void* send, int64_t send_count, void* recv, Counts recv_counts,
                            Counts recv_displs, DType dtype, int root) {
-  CollectiveArgs a = Make(K::kGatherV, "gather_v", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.count = send_count;
-  a.peer = root;
-  if (rank() == root) {
-    a.recv_counts = ToVector(recv_counts);
-    a.recv_displs = ToVector(recv_displs);
-  }
-  return Issue(std::move(a));
+  return Issue(
+      MakeGatherV(send, send_count, recv, recv_counts, recv_displs, dtype, root, rank()));
 }
 
 Work Communicator::Scatter(const void* send, void* recv, int64_t count, DType dtype, int root) {
@@ -247,16 +267,8 @@ Work Communicator::Scatter(const void* send, void* recv, int64_t count, DType dt
 
 Work Communicator::ScatterV(const void* send, Counts send_counts, Counts send_displs, void* recv,
                             int64_t recv_count, DType dtype, int root) {
-  CollectiveArgs a = Make(K::kScatterV, "scatter_v", dtype);
-  a.send = send;
-  a.recv = recv;
-  a.count = recv_count;
-  a.peer = root;
-  if (rank() == root) {
-    a.send_counts = ToVector(send_counts);
-    a.send_displs = ToVector(send_displs);
-  }
-  return Issue(std::move(a));
+  return Issue(
+      MakeScatterV(send, send_counts, send_displs, recv, recv_count, dtype, root, rank()));
 }
 
 Work Communicator::AllToAll(const void* send, void* recv, int64_t count, DType dtype) {

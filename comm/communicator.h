@@ -132,6 +132,12 @@ class Communicator {
   Work Gather(const Tensor& input, const Tensor& output, int root);
   // input (read on root only): [size * rows(output), ...].
   Work Scatter(const Tensor& input, const Tensor& output, int root);
+  // output (read on root only): [sum(rows_per_rank), ...]; input has
+  // rows_per_rank[rank] rows.
+  Work GatherV(const Tensor& input, const Tensor& output, Counts rows_per_rank, int root);
+  // input (read on root only): [sum(rows_per_rank), ...]; output has
+  // rows_per_rank[rank] rows.
+  Work ScatterV(const Tensor& input, const Tensor& output, Counts rows_per_rank, int root);
   // input and output: [size * k, ...]; block j of input goes to rank j.
   Work AllToAll(const Tensor& input, const Tensor& output);
   // send_rows[j] rows of input go to rank j; recv_rows[j] rows come from rank j.

@@ -254,6 +254,48 @@ Work Communicator::Scatter(const Tensor& input, const Tensor& output, int root) 
                                                 rank(), size())));
 }
 
+Work Communicator::GatherV(const Tensor& input, const Tensor& output, Counts rows_per_rank,
+                           int root) {
+  TensorCheck c("gather_v", *this);
+  TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
+  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> counts,
+                          c.Elements("rows_per_rank", rows_per_rank, in.row_elements));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, rows_per_rank[rank()], input));
+  if (rank() != root) {
+    // The output is not read off the root.
+    return IssuePlaced(*this, c.Place({{"input", &input}},
+                                      MakeGatherV(in.data, in.numel, nullptr, counts, {},
+                                                  input.dtype(), root, rank())));
+  }
+  TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
+  TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(rows_per_rank), input));
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeGatherV(in.data, in.numel, out.data, counts, {},
+                                                input.dtype(), root, rank())));
+}
+
+Work Communicator::ScatterV(const Tensor& input, const Tensor& output, Counts rows_per_rank,
+                            int root) {
+  TensorCheck c("scatter_v", *this);
+  TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
+  TPX_WORK_ASSIGN_OR_FAIL(std::vector<int64_t> counts,
+                          c.Elements("rows_per_rank", rows_per_rank, out.row_elements));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, out, rows_per_rank[rank()], output));
+  if (rank() != root) {
+    // The input is not read off the root.
+    return IssuePlaced(*this, c.Place({{"output", &output}},
+                                      MakeScatterV(nullptr, counts, {}, out.data, out.numel,
+                                                   output.dtype(), root, rank())));
+  }
+  TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
+  TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
+  TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, Sum(rows_per_rank), output));
+  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+                                    MakeScatterV(in.data, counts, {}, out.data, out.numel,
+                                                 output.dtype(), root, rank())));
+}
+
 Work Communicator::AllToAll(const Tensor& input, const Tensor& output) {
   TensorCheck c("all_to_all", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));

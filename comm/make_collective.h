@@ -34,6 +34,11 @@ CollectiveArgs MakeGather(const void* send, void* recv, int64_t count, DType dty
                           int rank, int size);
 CollectiveArgs MakeScatter(const void* send, void* recv, int64_t count, DType dtype, int root,
                            int rank, int size);
+// recv_counts / recv_displs (send_counts / send_displs) are kept on the root only.
+CollectiveArgs MakeGatherV(const void* send, int64_t send_count, void* recv, Counts recv_counts,
+                           Counts recv_displs, DType dtype, int root, int rank);
+CollectiveArgs MakeScatterV(const void* send, Counts send_counts, Counts send_displs, void* recv,
+                            int64_t recv_count, DType dtype, int root, int rank);
 CollectiveArgs MakeAllToAll(const void* send, void* recv, int64_t count, DType dtype, int size);
 CollectiveArgs MakeAllToAllV(const void* send, Counts send_counts, Counts send_displs,
                              void* recv, Counts recv_counts, Counts recv_displs, DType dtype);

@@ -30,12 +30,6 @@ std::vector<Shape> PieceShapes(const Shape& shape, int64_t dim, absl::Span<const
   return shapes;
 }
 
-std::vector<int64_t> Displacements(absl::Span<const int64_t> counts) {
-  std::vector<int64_t> displs(counts.size(), 0);
-  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
-  return displs;
-}
-
 PendingTensor Failed(absl::Status status) {
   return PendingTensor(comm::Work(std::move(status)), {});
 }
@@ -248,25 +242,22 @@ absl::StatusOr<Tensor> AllToAllAlongDims(comm::Communicator& comm, const Tensor&
 absl::StatusOr<Tensor> GatherAlongDim(comm::Communicator& comm, const Tensor& local, int64_t dim,
                                       absl::Span<const int64_t> sizes, int root) {
   TPX_ASSIGN_OR_RETURN(dim, NormalizeDim(dim, local.dim(), "GatherAlongDim"));
-  TPX_RETURN_IF_ERROR(RequireCpu(local, "GatherAlongDim"));
   TPX_ASSIGN_OR_RETURN(Tensor send, local.Contiguous());
+  TPX_ASSIGN_OR_RETURN(send, send.View({send.numel()}));
   const bool is_root = comm.rank() == root;
   std::vector<int64_t> counts = PieceNumels(local.shape(), dim, sizes);
   int64_t total = is_root ? std::accumulate(counts.begin(), counts.end(), int64_t{0}) : 0;
-  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({total}, local.dtype()));
-  TPX_RETURN_IF_ERROR(comm.GatherV(send.raw_data(), send.numel(), flat.raw_data(), counts,
-                                   Displacements(counts), local.dtype(), root)
-                          .Wait());
-  if (!is_root) return Tensor::Empty(WithExtent(local.shape(), dim, 0), local.dtype());
+  TPX_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({total}, local.dtype(), local.device()));
+  TPX_RETURN_IF_ERROR(comm.GatherV(send, flat, counts, root).Wait());
+  if (!is_root) {
+    return Tensor::Empty(WithExtent(local.shape(), dim, 0), local.dtype(), local.device());
+  }
   return UnpackPiecesAlongDim(flat, PieceShapes(local.shape(), dim, sizes), dim);
 }
 
 absl::StatusOr<Tensor> ScatterAlongDim(comm::Communicator& comm, const Tensor& full, int64_t dim,
                                        absl::Span<const int64_t> sizes, int root) {
   TPX_ASSIGN_OR_RETURN(dim, NormalizeDim(dim, full.dim(), "ScatterAlongDim"));
-  // Checked on every rank (not only the root, whose data is sent) so that
-  // all ranks fail alike instead of some waiting in the collective.
-  TPX_RETURN_IF_ERROR(RequireCpu(full, "ScatterAlongDim"));
   const bool is_root = comm.rank() == root;
   Tensor packed;
   if (is_root) {
@@ -276,11 +267,9 @@ absl::StatusOr<Tensor> ScatterAlongDim(comm::Communicator& comm, const Tensor& f
   TPX_ASSIGN_OR_RETURN(
       Tensor out,
       Tensor::Empty(WithExtent(full.shape(), dim, sizes[static_cast<size_t>(comm.rank())]),
-                    full.dtype()));
-  TPX_RETURN_IF_ERROR(comm.ScatterV(is_root ? packed.raw_data() : nullptr, counts,
-                                    Displacements(counts), out.raw_data(), out.numel(),
-                                    full.dtype(), root)
-                          .Wait());
+                    full.dtype(), full.device()));
+  TPX_ASSIGN_OR_RETURN(Tensor out_flat, out.View({out.numel()}));
+  TPX_RETURN_IF_ERROR(comm.ScatterV(packed, out_flat, counts, root).Wait());
   return out;
 }
 

@@ -15,11 +15,9 @@
 // dim (use ops::SplitSizes(n, world) for the library's uneven rule).
 // The Start... functions return a PendingTensor: the collective runs in the
 // background (the UCX backend progresses it on its own thread) until Wait().
-// Devices: all-gather, reduce-scatter, all-reduce and all-to-all move tensors
-// through the communicator's Tensor forms, so they work on every device the
-// backend takes (CUDA tensors with nccl; the backend's error otherwise).
-// GatherAlongDim / ScatterAlongDim use host buffers and need CPU tensors
-// (FailedPrecondition otherwise).
+// Devices: the data moves through the communicator's Tensor forms, so every
+// function works on each device the backend takes (CUDA tensors with nccl;
+// the backend's error otherwise).
 #ifndef TPX_PARALLEL_SHARD_COMM_H_
 #define TPX_PARALLEL_SHARD_COMM_H_
 

@@ -72,7 +72,8 @@ absl::StatusOr<Variable> GatherV(comm::Communicator& comm, const Variable& chunk
         if (c->rank() != dst) {
           int64_t total = 0;
           for (int64_t v : s) total += v;
-          TPX_ASSIGN_OR_RETURN(full, Tensor::Empty(WithExtent(chunk_shape, dim, total), g.dtype()));
+          TPX_ASSIGN_OR_RETURN(full, Tensor::Empty(WithExtent(chunk_shape, dim, total), g.dtype(),
+                                                    g.device()));
         }
         return ScatterAlongDim(*c, full, dim, s, dst);
       },
@@ -100,7 +101,7 @@ absl::StatusOr<Variable> ScatterV(comm::Communicator& comm, const Variable& full
       [c, s, dim, src, in_shape](const Tensor& g) -> absl::StatusOr<Tensor> {
         TPX_ASSIGN_OR_RETURN(Tensor gathered, GatherAlongDim(*c, g, dim, s, src));
         if (c->rank() == src) return gathered;
-        return Tensor::Zeros(in_shape, g.dtype());
+        return Tensor::Zeros(in_shape, g.dtype(), g.device());
       },
       full);
 }
@@ -159,7 +160,7 @@ absl::StatusOr<Variable> IndexedAllToAllV(comm::Communicator& comm, const Variab
         const DType acc = use_fp32 ? DType::kF32 : x_dtype;
         TPX_ASSIGN_OR_RETURN(grad, grad.To(acc));
         TPX_ASSIGN_OR_RETURN(Tensor back, exchange(grad, recv, send, x_shape));
-        TPX_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(x_shape, acc));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, Tensor::Zeros(x_shape, acc, grad.device()));
         TPX_RETURN_IF_ERROR(ops::IndexAdd(dx, dim, all_indices, back));
         return dx.To(x_dtype);
       },

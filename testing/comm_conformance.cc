@@ -713,6 +713,25 @@ void TensorChecks(RankContext& ctx, Device device) {
   Tensor s_out = zeros({1, 2});
   TPX_EXPECT_OK(c.Scatter(s_in, s_out, root), "tensor scatter");
   EXPECT_EQ(s_out.ToVector<float>()[1], static_cast<float>(rank * 2 + 1));
+  // GatherV / ScatterV with rank r holding r rows of width 2 (rank 0 none).
+  Tensor gv_out = rank == root ? zeros({size * (size - 1) / 2, 2}) : Tensor();
+  TPX_EXPECT_OK(c.GatherV(vin, gv_out, rows, root), "tensor gather_v");
+  if (rank == root) {
+    got = gv_out.ToVector<float>();
+    for (int r = 0, off = 0; r < size; off += 2 * r, ++r) {
+      for (int64_t i = 0; i < 2 * r; ++i) EXPECT_EQ(got[off + i], 10.0f * r + i);
+    }
+  }
+  Tensor sv_in = rank == root ? filled({size * (size - 1) / 2, 2},
+                                       [](int64_t i) { return static_cast<float>(i); })
+                              : Tensor();
+  Tensor sv_out = zeros({rank, 2});
+  TPX_EXPECT_OK(c.ScatterV(sv_in, sv_out, rows, root), "tensor scatter_v");
+  got = sv_out.ToVector<float>();
+  for (int64_t i = 0; i < 2 * rank; ++i) {
+    EXPECT_EQ(got[i], static_cast<float>(rank * (rank - 1) + i));  // rows before: r(r-1)/2
+  }
+  EXPECT_FALSE(c.GatherV(vin, gv_out, std::vector<int64_t>(size + 1, 0), root).Wait().ok());
   Tensor b = filled({3}, [&](int64_t i) { return static_cast<float>(rank + i); });
   TPX_EXPECT_OK(c.Broadcast(b, root), "tensor broadcast");
   EXPECT_EQ(b.ToVector<float>()[2], static_cast<float>(root + 2));
