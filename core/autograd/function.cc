@@ -71,11 +71,6 @@ const Shape& Function::output_shape(size_t i) const {
   return outputs_[i].shape;
 }
 
-Device Function::input_device(size_t i) const {
-  TPX_CHECK(i < inputs_.size()) << name() << ": input " << i << " of " << num_inputs();
-  return inputs_[i].device;
-}
-
 Device Function::output_device(size_t i) const {
   TPX_CHECK(i < outputs_.size()) << name() << ": output " << i << " of " << num_outputs();
   return outputs_[i].device;

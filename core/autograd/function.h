@@ -91,7 +91,6 @@ class Function {
   DType input_dtype(size_t i) const;
   const Shape& output_shape(size_t i) const;
   DType output_dtype(size_t i) const;
-  Device input_device(size_t i) const;
   Device output_device(size_t i) const;
 
   // Order of creation; later Functions run earlier in Backward when several

@@ -93,12 +93,13 @@ void ForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
                 std::array<absl::Span<const int64_t>, N> strides,
                 std::array<int64_t, N> elem_size, Body&& body) {
   static_assert(N <= kMaxMergeOperands);
-  const MergedDims merged = MergeDims(shape, absl::MakeConstSpan(strides.data(), N));
+  MergedDims merged = MergeDims(shape, absl::MakeConstSpan(strides.data(), N));
   if (merged.empty) return;
   const std::vector<int64_t>& sizes = merged.sizes;
-  std::vector<std::array<int64_t, N>> bstrides(sizes.size());  // byte strides, outermost first
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    for (size_t i = 0; i < N; ++i) bstrides[d][i] = merged.strides[d][i] * elem_size[i];
+  // In place: element strides become byte strides, outermost first.
+  auto& bstrides = merged.strides;
+  for (auto& dim : bstrides) {
+    for (size_t i = 0; i < N; ++i) dim[i] *= elem_size[i];
   }
   if (sizes.empty()) {
     body(base, std::array<int64_t, N>{}, int64_t{1});
@@ -106,7 +107,8 @@ void ForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
   }
   const size_t rank = sizes.size();
   const int64_t inner = sizes.back();
-  const std::array<int64_t, N> inner_strides = bstrides.back();
+  std::array<int64_t, N> inner_strides;
+  for (size_t i = 0; i < N; ++i) inner_strides[i] = bstrides.back()[i];
   std::vector<int64_t> counter(rank, 0);
   std::array<char*, N> ptrs = base;
   while (true) {
