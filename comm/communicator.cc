@@ -33,8 +33,17 @@ CollectiveArgs Make(K kind, const char* name, DType dtype) {
 Work Communicator::Issue(CollectiveArgs args) {
   NormalizeCollective(args, rank(), size());
   absl::Status valid = ValidateCollective(args, rank(), size());
-  if (!valid.ok()) return Work(std::move(valid));
+  if (!valid.ok()) {
+    if (IsPointToPoint(args.kind)) return Work(std::move(valid));
+    return Reject(args.name, std::move(valid));
+  }
   return Post(args);
+}
+
+Work Communicator::IssueChecked(absl::string_view op, absl::StatusOr<CollectiveArgs> checked) {
+  if (checked.ok()) return Issue(*std::move(checked));
+  if (op == "send" || op == "recv") return Work(checked.status());
+  return Reject(op, checked.status());
 }
 
 namespace internal {

@@ -157,6 +157,14 @@ class Communicator {
  protected:
   // Starts an already-validated operation.
   virtual Work Post(const CollectiveArgs& args) = 0;
+  // A collective `op` whose arguments failed validation on this rank: returns
+  // `why` as the Work's error. Backends that can also tell the peers, whose
+  // matching collective then fails at once with this reason instead of
+  // waiting for this rank (a call rejected on every rank alike leaves the
+  // communicator usable). Send/recv rejections stay local.
+  virtual Work Reject(absl::string_view op, absl::Status why) { return Work(std::move(why)); }
+  // Issues checked args, or rejects the collective whose check failed.
+  Work IssueChecked(absl::string_view op, absl::StatusOr<CollectiveArgs> checked);
   // Creates the subgroup after the host has grouped ranks: this rank becomes
   // `new_rank` of members.size(); members are ranks of this communicator in
   // new-rank order; `name` is the new communicator's unique name.

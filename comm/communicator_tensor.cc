@@ -31,6 +31,7 @@ struct Rows {
 class TensorCheck {
  public:
   TensorCheck(const char* op, const Communicator& comm) : op_(op), comm_(comm) {}
+  const char* op() const { return op_; }
 
   absl::Status Error(const std::string& what) const {
     return absl::InvalidArgumentError(
@@ -120,23 +121,19 @@ class TensorCheck {
 
 int64_t Sum(Counts v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
 
-#define TPX_WORK_ASSIGN_OR_FAIL(lhs, expr)          \
-  auto TPX_STATUS_CONCAT_(w_, __LINE__) = (expr);   \
-  if (!TPX_STATUS_CONCAT_(w_, __LINE__).ok())       \
-    return Work(TPX_STATUS_CONCAT_(w_, __LINE__).status()); \
+// In the Tensor forms below, a failed check of TensorCheck `c` rejects the
+// call (Communicator::Reject: peers hear of it).
+#define TPX_WORK_ASSIGN_OR_FAIL(lhs, expr)                                        \
+  auto TPX_STATUS_CONCAT_(w_, __LINE__) = (expr);                                 \
+  if (!TPX_STATUS_CONCAT_(w_, __LINE__).ok())                                     \
+    return IssueChecked(c.op(), TPX_STATUS_CONCAT_(w_, __LINE__).status());       \
   lhs = std::move(*TPX_STATUS_CONCAT_(w_, __LINE__))
 
-#define TPX_WORK_RETURN_IF_ERROR(expr)     \
-  do {                                     \
-    absl::Status w_status_ = (expr);       \
-    if (!w_status_.ok()) return Work(w_status_); \
+#define TPX_WORK_RETURN_IF_ERROR(expr)                              \
+  do {                                                              \
+    absl::Status w_status_ = (expr);                                \
+    if (!w_status_.ok()) return IssueChecked(c.op(), w_status_);    \
   } while (0)
-
-// Issues checked and placed args, or returns the Work of the failed check.
-Work IssuePlaced(Communicator& comm, absl::StatusOr<CollectiveArgs> placed) {
-  if (!placed.ok()) return Work(placed.status());
-  return comm.Issue(*std::move(placed));
-}
 
 }  // namespace
 
@@ -152,21 +149,21 @@ Work Communicator::AllReduce(const Tensor& input, const Tensor& output, ReduceOp
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.SameShape(input, output));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeAllReduce(in.data, out.data, in.numel, input.dtype(), op)));
 }
 
 Work Communicator::Broadcast(const Tensor& tensor, int root) {
   TensorCheck c("broadcast", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+  return IssueChecked(c.op(), c.Place({{"tensor", &tensor}},
                                     MakeBroadcast(t.data, t.numel, tensor.dtype(), root)));
 }
 
 Work Communicator::Reduce(const Tensor& tensor, ReduceOp op, int root) {
   TensorCheck c("reduce", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+  return IssueChecked(c.op(), c.Place({{"tensor", &tensor}},
                                     MakeReduce(t.data, t.data, t.numel, tensor.dtype(), op, root)));
 }
 
@@ -176,7 +173,7 @@ Work Communicator::AllGather(const Tensor& input, const Tensor& output) {
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
-  return IssuePlaced(*this,
+  return IssueChecked(c.op(),
                      c.Place({{"input", &input}, {"output", &output}},
                              MakeAllGather(in.data, out.data, in.numel, input.dtype(), size())));
 }
@@ -190,7 +187,7 @@ Work Communicator::AllGatherV(const Tensor& input, const Tensor& output, Counts 
                           c.Elements("rows_per_rank", rows_per_rank, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, rows_per_rank[rank()], input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(rows_per_rank), input));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeAllGatherV(in.data, out.data, counts, {}, input.dtype())));
 }
 
@@ -200,8 +197,8 @@ Work Communicator::ReduceScatter(const Tensor& input, const Tensor& output, Redu
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, size() * out.rows, output));
-  return IssuePlaced(
-      *this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(
+      c.op(), c.Place({{"input", &input}, {"output", &output}},
                      MakeReduceScatter(in.data, out.data, out.numel, input.dtype(), op, size())));
 }
 
@@ -215,8 +212,8 @@ Work Communicator::ReduceScatterV(const Tensor& input, const Tensor& output,
                           c.Elements("rows_per_rank", rows_per_rank, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, Sum(rows_per_rank), input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, rows_per_rank[rank()], input));
-  return IssuePlaced(
-      *this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(
+      c.op(), c.Place({{"input", &input}, {"output", &output}},
                      MakeReduceScatterV(in.data, out.data, counts, {}, input.dtype(), op)));
 }
 
@@ -225,14 +222,14 @@ Work Communicator::Gather(const Tensor& input, const Tensor& output, int root) {
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
   if (rank() != root) {
     // The output is not read off the root.
-    return IssuePlaced(*this, c.Place({{"input", &input}},
+    return IssueChecked(c.op(), c.Place({{"input", &input}},
                                       MakeGather(in.data, nullptr, in.numel, input.dtype(), root,
                                                  rank(), size())));
   }
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, size() * in.rows, input));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeGather(in.data, out.data, in.numel, input.dtype(), root,
                                                rank(), size())));
 }
@@ -242,14 +239,14 @@ Work Communicator::Scatter(const Tensor& input, const Tensor& output, int root) 
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   if (rank() != root) {
     // The input is not read off the root.
-    return IssuePlaced(*this, c.Place({{"output", &output}},
+    return IssueChecked(c.op(), c.Place({{"output", &output}},
                                       MakeScatter(nullptr, out.data, out.numel, output.dtype(),
                                                   root, rank(), size())));
   }
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, size() * out.rows, output));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeScatter(in.data, out.data, out.numel, output.dtype(), root,
                                                 rank(), size())));
 }
@@ -263,14 +260,14 @@ Work Communicator::GatherV(const Tensor& input, const Tensor& output, Counts row
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, rows_per_rank[rank()], input));
   if (rank() != root) {
     // The output is not read off the root.
-    return IssuePlaced(*this, c.Place({{"input", &input}},
+    return IssueChecked(c.op(), c.Place({{"input", &input}},
                                       MakeGatherV(in.data, in.numel, nullptr, counts, {},
                                                   input.dtype(), root, rank())));
   }
   TPX_WORK_ASSIGN_OR_FAIL(Rows out, c.Get("output", output));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(rows_per_rank), input));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeGatherV(in.data, in.numel, out.data, counts, {},
                                                 input.dtype(), root, rank())));
 }
@@ -284,14 +281,14 @@ Work Communicator::ScatterV(const Tensor& input, const Tensor& output, Counts ro
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, out, rows_per_rank[rank()], output));
   if (rank() != root) {
     // The input is not read off the root.
-    return IssuePlaced(*this, c.Place({{"output", &output}},
+    return IssueChecked(c.op(), c.Place({{"output", &output}},
                                       MakeScatterV(nullptr, counts, {}, out.data, out.numel,
                                                    output.dtype(), root, rank())));
   }
   TPX_WORK_ASSIGN_OR_FAIL(Rows in, c.Get("input", input));
   TPX_WORK_RETURN_IF_ERROR(c.SameDType(input, output));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, out, Sum(rows_per_rank), output));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeScatterV(in.data, counts, {}, out.data, out.numel,
                                                  output.dtype(), root, rank())));
 }
@@ -306,8 +303,8 @@ Work Communicator::AllToAll(const Tensor& input, const Tensor& output) {
     return Work(c.Error(absl::StrCat("input ", input.ToString(), ": dim 0 must be divisible by ",
                                      size(), " ranks")));
   }
-  return IssuePlaced(
-      *this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(
+      c.op(), c.Place({{"input", &input}, {"output", &output}},
                      MakeAllToAll(in.data, out.data, in.numel / size(), input.dtype(), size())));
 }
 
@@ -323,7 +320,7 @@ Work Communicator::AllToAllV(const Tensor& input, const Tensor& output, Counts s
                           c.Elements("recv_rows", recv_rows, in.row_elements));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("input", input, in, Sum(send_rows), input));
   TPX_WORK_RETURN_IF_ERROR(c.RowsOf("output", output, in, Sum(recv_rows), input));
-  return IssuePlaced(*this, c.Place({{"input", &input}, {"output", &output}},
+  return IssueChecked(c.op(), c.Place({{"input", &input}, {"output", &output}},
                                     MakeAllToAllV(in.data, send, {}, out.data, recv, {},
                                                   input.dtype())));
 }
@@ -331,14 +328,14 @@ Work Communicator::AllToAllV(const Tensor& input, const Tensor& output, Counts s
 Work Communicator::Send(const Tensor& tensor, int peer, int tag) {
   TensorCheck c("send", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+  return IssueChecked(c.op(), c.Place({{"tensor", &tensor}},
                                     MakeSend(t.data, t.numel, tensor.dtype(), peer, tag)));
 }
 
 Work Communicator::Recv(const Tensor& tensor, int peer, int tag) {
   TensorCheck c("recv", *this);
   TPX_WORK_ASSIGN_OR_FAIL(Rows t, c.Get("tensor", tensor));
-  return IssuePlaced(*this, c.Place({{"tensor", &tensor}},
+  return IssueChecked(c.op(), c.Place({{"tensor", &tensor}},
                                     MakeRecv(t.data, t.numel, tensor.dtype(), peer, tag)));
 }
 

@@ -29,7 +29,9 @@ extern "C" {
 #endif
 
 #define TPX_COMM_PLUGIN_MAGIC 0x43585054u /* "TPXC" little-endian */
-#define TPX_COMM_PLUGIN_ABI_VERSION 1u
+#define TPX_COMM_PLUGIN_ABI_VERSION 2u
+/* The oldest version the host still reads. */
+#define TPX_COMM_PLUGIN_ABI_VERSION_MIN 1u
 #define TPX_COMM_PLUGIN_ENTRY_SYMBOL "tpx_comm_plugin_entry"
 
 /* Same numbering as tpx::DType (core/dtype.h). */
@@ -187,6 +189,19 @@ typedef struct {
   int (*stream_wait)(tpx_request_t request, void* stream, tpx_error_t* err);
   void (*request_free)(tpx_request_t request);
 } tpx_comm_plugin_v1_t;
+
+/* Version 2: version 1 plus rejection notices. */
+typedef struct {
+  tpx_comm_plugin_v1_t v1; /* v1.header.abi_version == 2 */
+  /* The host rejected, on this rank, the collective `args` describes (its
+   * arguments failed validation here; `args` carries the kind and seq, its
+   * buffers may be invalid). The operation takes its place in post order
+   * without touching memory; the backend tells the peers, whose matching
+   * operation then fails with `reason` instead of waiting for this rank
+   * (unless they rejected it too). Errors concern only the notification. */
+  int (*reject)(tpx_comm_t comm, const tpx_coll_args_v1_t* args, const char* reason,
+                tpx_error_t* err);
+} tpx_comm_plugin_v2_t;
 
 /* The one exported symbol. `host_abi_version` is the newest version the host
  * reads; the plugin returns its newest struct not newer than that, or NULL. */

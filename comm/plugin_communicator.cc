@@ -234,6 +234,28 @@ class PluginCommunicatorImpl : public Communicator {
                                              args.device));
   }
 
+  Work Reject(absl::string_view op, absl::Status why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t seq = ++last_seq_;  // the peers number this collective too
+    shared_->progress->Entered(seq);
+    const tpx_comm_plugin_v2_t* v2 = shared_->plugin->api_v2();
+    if (v2 != nullptr && size() > 1) {
+      tpx_coll_args_v1_t c{};
+      c.struct_size = sizeof(c);
+      c.kind = TPX_COLL_BARRIER;
+      for (int k = 0; k <= static_cast<int>(CollectiveKind::kBarrier); ++k) {
+        if (CollectiveKindName(static_cast<CollectiveKind>(k)) == op) {
+          c.kind = static_cast<tpx_coll_kind_t>(k);
+        }
+      }
+      c.seq = seq;
+      tpx_error_t err{};
+      // Only the notification can fail; the caller gets `why` either way.
+      v2->reject(shared_->handle, &c, std::string(why.message()).c_str(), &err);
+    }
+    return Work(std::move(why));
+  }
+
   absl::StatusOr<std::unique_ptr<Communicator>> SplitGrouped(int color, int key,
                                                              std::vector<int32_t> members,
                                                              int new_rank,

@@ -99,12 +99,22 @@ absl::StatusOr<std::shared_ptr<const Plugin>> LoadPluginFromFile(const std::stri
         "is not a tpx comm plugin or is corrupt.",
         std::string(name), path, header->magic, TPX_COMM_PLUGIN_MAGIC));
   }
-  if (header->abi_version != TPX_COMM_PLUGIN_ABI_VERSION ||
+  if (header->abi_version < TPX_COMM_PLUGIN_ABI_VERSION_MIN ||
+      header->abi_version > TPX_COMM_PLUGIN_ABI_VERSION ||
       header->struct_size < sizeof(tpx_comm_plugin_header_t)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "comm backend '", name, "': ", path, " implements plugin ABI version ",
-        header->abi_version, " but this program reads version ", TPX_COMM_PLUGIN_ABI_VERSION,
+        header->abi_version, " but this program reads versions ",
+        TPX_COMM_PLUGIN_ABI_VERSION_MIN, " to ", TPX_COMM_PLUGIN_ABI_VERSION,
         "; rebuild the plugin and the program from the same tpx sources."));
+  }
+  const size_t full_size = header->abi_version >= 2 ? sizeof(tpx_comm_plugin_v2_t)
+                                                    : sizeof(tpx_comm_plugin_v1_t);
+  if (header->struct_size < full_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " declares plugin ABI version ",
+        header->abi_version, " but its struct has ", header->struct_size,
+        " bytes where that version has ", full_size, "; the plugin is corrupt or mis-built."));
   }
   const auto* api = reinterpret_cast<const tpx_comm_plugin_v1_t*>(header);
   if (api->init == nullptr || api->comm_create == nullptr || api->comm_split == nullptr ||
@@ -128,6 +138,10 @@ absl::StatusOr<std::shared_ptr<const Plugin>> LoadPluginFromFile(const std::stri
   }
   auto plugin = std::shared_ptr<Plugin>(new Plugin());
   plugin->api_ = api;
+  if (header->abi_version >= 2) {
+    plugin->api_v2_ = reinterpret_cast<const tpx_comm_plugin_v2_t*>(header);
+    if (plugin->api_v2_->reject == nullptr) plugin->api_v2_ = nullptr;
+  }
   plugin->name_ = plugin_name;
   plugin->version_ = header->version ? header->version : "";
   plugin->path_ = path;

@@ -28,6 +28,8 @@ namespace tpx::comm {
 class Plugin {
  public:
   const tpx_comm_plugin_v1_t& api() const { return *api_; }
+  // Version-2 functions; null for a version-1 plugin.
+  const tpx_comm_plugin_v2_t* api_v2() const { return api_v2_; }
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const std::string& path() const { return path_; }
@@ -37,6 +39,7 @@ class Plugin {
       const std::string& path, absl::string_view name);
   Plugin() = default;
   const tpx_comm_plugin_v1_t* api_ = nullptr;
+  const tpx_comm_plugin_v2_t* api_v2_ = nullptr;
   std::string name_, version_, path_;
 };
 

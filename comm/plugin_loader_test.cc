@@ -42,7 +42,7 @@ TEST_F(PluginLoaderTest, MissingPluginListsPathsAndAdvice) {
 
 TEST_F(PluginLoaderTest, WrongAbiVersion) {
   ExpectMessage(LoadPlugin("badabi").status(), absl::StatusCode::kFailedPrecondition,
-                {"badabi", "ABI version 99", "reads version 1"});
+                {"badabi", "ABI version 99", "reads versions 1 to 2"});
 }
 
 TEST_F(PluginLoaderTest, MissingEntrySymbol) {

@@ -93,7 +93,7 @@ constexpr const char* kVersion =
     "tpx-nccl 1.0 (built against NCCL " TPX_NCCL_STR(NCCL_MAJOR) "." TPX_NCCL_STR(NCCL_MINOR) ")";
 
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "nccl",
+    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "nccl",
      kVersion},
     &Init,
     &CommCreate,

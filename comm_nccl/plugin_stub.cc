@@ -34,7 +34,7 @@ int StreamWait(tpx_request_t, void*, tpx_error_t* err) { return Fail(err); }
 void RequestFree(tpx_request_t) {}
 
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "nccl",
+    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "nccl",
      "tpx-nccl 1.0 (built without CUDA)"},
     &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, &StreamWait, &RequestFree,
 };

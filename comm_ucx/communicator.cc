@@ -97,6 +97,17 @@ std::shared_ptr<OpState> Communicator::Post(const tpx_coll_args_v1_t& args) {
   return state;
 }
 
+void Communicator::Reject(const tpx_coll_args_v1_t& args, std::string reason) {
+  auto state = std::make_shared<OpState>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Queued{CollArgs::From(args, worker_->size()), state, std::move(reason)});
+    queued_.fetch_add(1, std::memory_order_release);
+    if (!executor_sleeping_) return;
+  }
+  cv_.notify_one();
+}
+
 bool Communicator::Wait(OpState& op, int64_t timeout_ms) {
   const bool forever = timeout_ms < 0;
   const auto deadline = forever ? Clock::time_point::max()
@@ -189,31 +200,60 @@ void Communicator::Drive(const OpState* target) {
   }
 }
 
+void Communicator::Finish(Queued& op, Status status) {
+  in_flight_.push_back(InFlight{nullptr, op.state, std::move(status)});
+  in_flight_count_.fetch_add(1, std::memory_order_release);
+  PollInFlight();
+}
+
 void Communicator::Execute(Queued op) {
   const CollArgs& a = op.args;
+  const bool collective = !IsPointToPoint(a.kind);
+  if (failed_.ok()) {
+    // A peer's notice about an earlier collective fails this rank too.
+    worker_->SetCollective(coll_seq_, false);
+    Status notice = worker_->CheckNotices();
+    if (!notice.ok()) NoteFailure(notice);
+  }
+  const uint64_t seq = collective ? coll_seq_++ : p2p_seq_++;
+  if (collective) {
+    if (!op.rejected.empty()) worker_->notices().NoteRejected(seq);
+    // A peer that already failed or rejected this collective fails it here
+    // before any message is sent.
+    Status early = worker_->notices().Take(seq, /*rejected_here=*/!op.rejected.empty());
+    if (!early.ok() && failed_.ok()) {
+      worker_->AnnounceFailure(early.code(), std::string(CollName(a.kind)) + ": " + early.message(),
+                               &seq, a.seq);
+      NoteFailure(early);
+    }
+  }
+  if (!op.rejected.empty()) {
+    // The host reports the rejection itself; peers hear of it here.
+    if (failed_.ok()) worker_->AnnounceRejected(op.rejected, seq, a.seq);
+    Finish(op, Status());
+    return;
+  }
   if (!failed_.ok()) {
-    in_flight_.push_back(InFlight{
-        nullptr, op.state,
-        Status::Error(failed_.code(), "ucx " + std::string(CollName(a.kind)) +
-                                          ": communicator '" + name_ +
-                                          "' failed earlier: " + failed_.message())});
+    Finish(op, Status::Error(failed_.code(), "ucx " + std::string(CollName(a.kind)) +
+                                                 ": communicator '" + name_ +
+                                                 "' failed earlier: " + failed_.message()));
+    return;
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  if (collective) worker_->SetCollective(coll_seq_, true);
+  auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, a.seq, collective,
+                                   deadline);
+  Status s = RunCollective(*io, a);
+  if (collective) worker_->SetCollective(coll_seq_, false);
+  if (!collective && s.ok()) {
+    in_flight_.push_back(InFlight{std::move(io), op.state, Status()});
     in_flight_count_.fetch_add(1, std::memory_order_release);
     PollInFlight();
     return;
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
-  const uint64_t seq = IsPointToPoint(a.kind) ? p2p_seq_++ : coll_seq_++;
-  auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, deadline);
-  Status s = RunCollective(*io, a);
-  if (IsPointToPoint(a.kind) && s.ok()) {
-    in_flight_.push_back(InFlight{std::move(io), op.state, Status()});
-  } else {
-    io.reset();
-    if (!s.ok()) NoteFailure(s);
-    in_flight_.push_back(InFlight{nullptr, op.state, std::move(s)});
-  }
-  in_flight_count_.fetch_add(1, std::memory_order_release);
-  PollInFlight();
+  io.reset();
+  if (!s.ok()) NoteFailure(s);
+  Finish(op, std::move(s));
 }
 
 bool Communicator::PollInFlight() {

@@ -63,6 +63,10 @@ class Communicator {
 
   // Queues an operation (the host has validated `args`).
   std::shared_ptr<OpState> Post(const tpx_coll_args_v1_t& args);
+  // Queues the collective `args` describes as rejected on this rank: it
+  // takes its place in the sequence, and the peers' matching operation fails
+  // with `reason` (abort_notices.h).
+  void Reject(const tpx_coll_args_v1_t& args, std::string reason);
   // Waits for `op` up to `timeout_ms` (negative: no limit), running queued
   // operations on this thread when no other thread is. False if unfinished.
   bool Wait(OpState& op, int64_t timeout_ms);
@@ -71,6 +75,7 @@ class Communicator {
   struct Queued {
     CollArgs args;
     std::shared_ptr<OpState> state;
+    std::string rejected;  // non-empty: rejected on this rank, for this reason
   };
   // An operation that has started but whose completion is not yet reported
   // (send/recv still in flight, or an earlier one still is).
@@ -91,6 +96,8 @@ class Communicator {
   void Drive(const OpState* target);
   bool PopQueued(Queued* out);
   void Execute(Queued op);
+  // Completes `op` with `status` in post order.
+  void Finish(Queued& op, Status status);
   // Tests in-flight operations and reports finished ones in order; true if
   // any finished.
   bool PollInFlight();

@@ -32,17 +32,19 @@ char* Scratch::Get(Slot slot, size_t bytes) {
 }
 
 OpIo::OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
-           Clock::time_point deadline)
+           uint64_t public_seq, bool collective, Clock::time_point deadline)
     : worker_(worker),
       scratch_(scratch),
       op_name_(std::move(op_name)),
       seq_(seq),
+      public_seq_(public_seq),
+      collective_(collective),
       deadline_(deadline) {}
 
 OpIo::~OpIo() { Abandon(); }
 
 uint64_t OpIo::CollTag(uint32_t sub, int src) const {
-  return ((seq_ & ((1ull << 23) - 1)) << 40) | (static_cast<uint64_t>(sub & 0xFFFFFF) << 16) |
+  return ((seq_ & ((1ull << 22) - 1)) << 40) | (static_cast<uint64_t>(sub & 0xFFFFFF) << 16) |
          static_cast<uint64_t>(src & 0xFFFF);
 }
 
@@ -65,13 +67,15 @@ size_t OpIo::RecvTagged(int peer, int32_t tag, void* buf, size_t bytes) {
 
 size_t OpIo::Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool is_recv) {
   size_t index = pending_.size();
-  pending_.push_back(Pending{nullptr, peer, is_recv});
+  pending_.push_back(Pending{nullptr, peer, is_recv, bytes});
   if (!error_.ok()) return index;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
   void* req;
   if (is_recv) {
     param.cb.recv = &RecvDone;
+    // Always a request, so that Wait() can read the length that arrived.
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     req = ucp_tag_recv_nbx(worker_.handle(), const_cast<void*>(buf), bytes, tag, kFullMask, &param);
   } else {
     param.cb.send = &SendDone;
@@ -87,10 +91,39 @@ size_t OpIo::Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool i
   return index;
 }
 
+Status OpIo::CheckLength(const Pending& p, ucs_status_t status, size_t received) {
+  if (status == UCS_ERR_MESSAGE_TRUNCATED) {
+    return Status::Error(TPX_ERR_FAILED_PRECONDITION,
+                         "size mismatch: rank " + std::to_string(p.peer) + " sent more than the " +
+                             std::to_string(p.bytes) + " bytes rank " + std::to_string(rank()) +
+                             " expected from it (the ranks disagree on a count or shape)");
+  }
+  if (status == UCS_OK && received != p.bytes) {
+    return Status::Error(TPX_ERR_FAILED_PRECONDITION,
+                         "size mismatch: rank " + std::to_string(p.peer) + " sent " +
+                             std::to_string(received) + " bytes where rank " +
+                             std::to_string(rank()) + " expected " + std::to_string(p.bytes) +
+                             " (the ranks disagree on a count or shape)");
+  }
+  return Status();
+}
+
 Status OpIo::CheckHealth() {
+  {
+    Status notice = worker_.CheckNotices();
+    if (!notice.ok()) return Fail(notice.code(), notice.message());
+  }
   // Only peers this op still waits on matter: a rank that finished and left
   // must not fail operations it takes no part in.
+  const int failures_before = worker_.failure_count();
   worker_.CheckLocalPeers();
+  if (worker_.failure_count() != failures_before) {
+    // A peer that exited may have delivered its last messages (or the
+    // acknowledgement of ours) just before: take in everything that
+    // arrived, so that only what it never sent counts against it.
+    for (int i = 0; i < 1000 && worker_.Progress(); ++i) {
+    }
+  }
   if (worker_.failure_count() != 0) {
     std::set<int> failed;
     for (size_t i = first_incomplete_; i < pending_.size(); ++i) {
@@ -121,10 +154,16 @@ Status OpIo::Wait(size_t index) {
   Backoff backoff;
   uint32_t busy_rounds = 0;
   while (p.request != nullptr) {
-    ucs_status_t s = ucp_request_check_status(p.request);
+    ucp_tag_recv_info_t info{};
+    ucs_status_t s = p.is_recv ? ucp_tag_recv_request_test(p.request, &info)
+                               : ucp_request_check_status(p.request);
     if (s != UCS_INPROGRESS) {
       ucp_request_free(p.request);
       p.request = nullptr;
+      if (p.is_recv) {
+        Status length = CheckLength(p, s, info.length);
+        if (!length.ok()) return Fail(length.code(), length.message());
+      }
       if (s != UCS_OK) {
         return Fail(TPX_ERR_UNAVAILABLE,
                     std::string(p.is_recv ? "receive from" : "send to") + " rank " +
@@ -176,6 +215,8 @@ Status OpIo::Fail(int code, const std::string& why) {
   std::string msg = "ucx " + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
   if (!waiting.empty()) msg += "; still waiting on ranks " + RankList(waiting);
   error_ = Status::Error(code, msg);
+  // Peers learn now, not at their timeout: the communicator is failed.
+  worker_.AnnounceFailure(code, op_name_ + ": " + why, collective_ ? &seq_ : nullptr, public_seq_);
   Abandon();
   return error_;
 }

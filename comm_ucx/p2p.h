@@ -7,11 +7,15 @@
 //   TPX_PLUGIN_RETURN_IF_ERROR(io.Wait(r));
 //   TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
 //
-// Tags: bit 63 = user send/recv; otherwise bits 40..62 the collective's
-// sequence number, 16..39 a sub-id (phase, step, chunk) and 0..15 the source
-// rank, so that early messages of a later collective never match this one.
-// On failure (timeout, dead peer, UCX error) the remaining requests are
-// cancelled and the error names the operation and the peers still pending.
+// Tags: bit 63 = user send/recv; bit 62 = abort notices (abort_notices.h);
+// otherwise bits 40..61 the collective's sequence number, 16..39 a sub-id
+// (phase, step, chunk) and 0..15 the source rank, so that early messages of
+// a later collective never match this one.
+// Every receive checks the length that arrived against the length posted: a
+// peer that disagrees on a size is an error, never a half-filled buffer.
+// On failure (size mismatch, timeout, dead peer, UCX error, a peer's abort
+// notice) the remaining requests are cancelled, the peers are notified, and
+// the error names the operation and the peers still pending.
 #ifndef TPX_COMM_UCX_P2P_H_
 #define TPX_COMM_UCX_P2P_H_
 
@@ -50,9 +54,11 @@ class Scratch {
 
 class OpIo {
  public:
-  // `seq` scopes the collective tags; `deadline` bounds every wait.
-  OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
-       Clock::time_point deadline);
+  // `seq` scopes the collective tags (send/recv: the user tag space);
+  // `public_seq` is the host's number of the collective, for messages;
+  // `deadline` bounds every wait.
+  OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq, uint64_t public_seq,
+       bool collective, Clock::time_point deadline);
   ~OpIo();
   OpIo(const OpIo&) = delete;
   OpIo& operator=(const OpIo&) = delete;
@@ -78,10 +84,13 @@ class OpIo {
     void* request;  // nullptr once complete
     int peer;
     bool is_recv;
+    size_t bytes;
   };
   size_t Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool is_recv);
   uint64_t CollTag(uint32_t sub, int src) const;
   Status CheckHealth();
+  // Error unless a receive from `peer` delivered exactly `bytes`.
+  Status CheckLength(const Pending& p, ucs_status_t status, size_t received);
   Status Fail(int code, const std::string& why);
   // Cancels and releases every incomplete request (bounded wait).
   void Abandon();
@@ -90,6 +99,8 @@ class OpIo {
   Scratch& scratch_;
   std::string op_name_;
   uint64_t seq_;
+  uint64_t public_seq_;
+  bool collective_;
   Clock::time_point deadline_;
   std::vector<Pending> pending_;
   size_t first_incomplete_ = 0;

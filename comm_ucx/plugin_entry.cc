@@ -71,18 +71,26 @@ int Wait(tpx_request_t request, int64_t timeout_ms, tpx_error_t* err) {
 
 void RequestFree(tpx_request_t request) { delete request; }
 
-const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "ucx",
-     "tpx-ucx 1.0 (UCX API 1.13)"},
-    &Init,
-    &CommCreate,
-    &CommSplit,
-    &CommDestroy,
-    &Post,
-    &Test,
-    &Wait,
-    /*stream_wait=*/nullptr,
-    &RequestFree,
+int Reject(tpx_comm_t comm, const tpx_coll_args_v1_t* args, const char* reason, tpx_error_t*) {
+  comm->comm->Reject(*args, reason != nullptr && reason[0] != '\0' ? reason : "rejected");
+  return TPX_OK;
+}
+
+const tpx_comm_plugin_v2_t kPlugin = {
+    {
+        {sizeof(tpx_comm_plugin_v2_t), TPX_COMM_PLUGIN_MAGIC, 2u, "ucx",
+         "tpx-ucx 1.1 (UCX API 1.13)"},
+        &Init,
+        &CommCreate,
+        &CommSplit,
+        &CommDestroy,
+        &Post,
+        &Test,
+        &Wait,
+        /*stream_wait=*/nullptr,
+        &RequestFree,
+    },
+    &Reject,
 };
 
 }  // namespace
@@ -91,5 +99,13 @@ const tpx_comm_plugin_v1_t kPlugin = {
 extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
 tpx_comm_plugin_entry(uint32_t host_abi_version) {
   if (host_abi_version < 1) return nullptr;
-  return &tpx::ucx::kPlugin.header;
+  // Version 2 starts with the version-1 struct; an older host reads just that.
+  static tpx_comm_plugin_v1_t v1_only = [] {
+    tpx_comm_plugin_v1_t v1 = tpx::ucx::kPlugin.v1;
+    v1.header.struct_size = sizeof(v1);
+    v1.header.abi_version = 1u;
+    return v1;
+  }();
+  if (host_abi_version < 2) return &v1_only.header;
+  return &tpx::ucx::kPlugin.v1.header;
 }

@@ -101,7 +101,7 @@ const tpx_comm_plugin_v1_t* LoadPlugin(std::string* error) {
     return nullptr;
   }
   const tpx_comm_plugin_header_t* header = entry(TPX_COMM_PLUGIN_ABI_VERSION);
-  if (header == nullptr || header->magic != TPX_COMM_PLUGIN_MAGIC || header->abi_version != 1) {
+  if (header == nullptr || header->magic != TPX_COMM_PLUGIN_MAGIC || header->abi_version != 2) {
     *error = path + ": bad plugin header";
     return nullptr;
   }

@@ -134,6 +134,32 @@ Status StoreGet(const tpx_store_v1_t& store, const std::string& key, int64_t tim
   return Status();
 }
 
+// Every rank publishes that its endpoints exist, then waits for all others.
+Status ConnectedBarrier(const tpx_comm_config_v1_t& config) {
+  if (config.size == 1) return Status();
+  const tpx_store_v1_t& store = *config.store;
+  const std::string prefix = std::string(config.name) + "/ucx/connected/";
+  tpx_error_t err{};
+  const char one = '1';
+  int code = store.set(store.ctx, (prefix + std::to_string(config.rank)).c_str(), &one, 1, &err);
+  if (code != TPX_OK) {
+    return Status::Error(code, std::string("publishing that rank ") +
+                                   std::to_string(config.rank) + " connected: " + err.message);
+  }
+  for (int i = 1; i < config.size; ++i) {
+    const int peer = (config.rank + i) % config.size;
+    char value;
+    size_t len = 0;
+    code = store.get(store.ctx, (prefix + std::to_string(peer)).c_str(), &value, 1, &len,
+                     config.timeout_ms, &err);
+    if (code != TPX_OK) {
+      return Status::Error(code, "waiting for rank " + std::to_string(peer) +
+                                     " to connect its endpoints: " + err.message);
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Status GetContext(ucp_context_h* out) {
@@ -208,8 +234,29 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
                                                     ": ucp_ep_create: " + UcsError(s));
     }
   }
+  // Shared-memory endpoints attach the peer's segment when created; a peer
+  // that tore its worker down before then (a short-lived communicator, a
+  // quick Split) leaves an id that no longer exists ("shmat ... Invalid
+  // argument"). So nobody proceeds until every rank has connected.
+  TPX_PLUGIN_RETURN_IF_ERROR(ConnectedBarrier(config));
+  TPX_PLUGIN_RETURN_IF_ERROR(w->notices_.Start(w->worker_));
   *out = std::move(w);
   return Status();
+}
+
+void Worker::AnnounceFailure(int code, const std::string& why, const uint64_t* seq,
+                             uint64_t public_seq) {
+  if (failure_announced_ || closed_ || size_ == 1) return;
+  failure_announced_ = true;
+  // A send/recv failure fails the communicator: peers see it as a failure
+  // of the collective before their next one.
+  const uint64_t at = seq != nullptr ? *seq : (next_collective_ > 0 ? next_collective_ - 1 : 0);
+  notices_.Broadcast(eps_, {AbortNotices::kFailed, code, at, public_seq, why});
+}
+
+void Worker::AnnounceRejected(const std::string& why, uint64_t seq, uint64_t public_seq) {
+  if (closed_ || size_ == 1) return;
+  notices_.Broadcast(eps_, {AbortNotices::kRejected, TPX_ERR_ABORTED, seq, public_seq, why});
 }
 
 void Worker::OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -255,9 +302,12 @@ void Worker::Sleep(std::chrono::microseconds max_sleep) {
 }
 
 void Worker::CloseEndpoints(Clock::time_point deadline, bool force) {
+  // Notices go out before a forced close could drop them.
+  notices_.Flush(worker_, 50000);
   closed_ = true;
   std::vector<void*> pending;
-  for (int peer = 0; peer < size_; ++peer) {
+  // eps_ is empty when creation failed before connecting.
+  for (int peer = 0; peer < static_cast<int>(eps_.size()); ++peer) {
     if (eps_[peer] == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -279,6 +329,7 @@ void Worker::CloseEndpoints(Clock::time_point deadline, bool force) {
 Worker::~Worker() {
   if (worker_ == nullptr) return;
   if (!closed_) CloseEndpoints(Clock::now() + std::chrono::seconds(1), /*force=*/false);
+  notices_.Stop(worker_);
   ucp_worker_destroy(worker_);
 }
 

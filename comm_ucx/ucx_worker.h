@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "comm/plugin_abi.h"
+#include "comm_ucx/abort_notices.h"
 #include "comm_ucx/status.h"
 
 namespace tpx::ucx {
@@ -66,6 +67,23 @@ class Worker {
   // Checks (at most every few ms) whether local peer processes still exist.
   void CheckLocalPeers();
 
+  // Abort notices (abort_notices.h). The communicator says which collective
+  // runs; CheckNotices() applies what peers announced to it.
+  void SetCollective(uint64_t next_seq, bool in_collective) {
+    next_collective_ = next_seq;
+    in_collective_ = in_collective;
+  }
+  Status CheckNotices() {
+    return notices_.Check(worker_, next_collective_, in_collective_);
+  }
+  AbortNotices& notices() { return notices_; }
+  // Tells every peer that this rank failed (once per worker): collective
+  // `seq` if given, else the communicator as a whole (a send/recv).
+  void AnnounceFailure(int code, const std::string& why, const uint64_t* seq,
+                       uint64_t public_seq);
+  // Tells every peer that this rank will not take part in collective `seq`.
+  void AnnounceRejected(const std::string& why, uint64_t seq, uint64_t public_seq);
+
   // Closes every endpoint, flushing pending sends to healthy peers until
   // `deadline` unless `force` (which also completes in-flight sends with an
   // error, releasing their buffers).
@@ -83,7 +101,7 @@ class Worker {
     int pid = 0;
     uint64_t start_time = 0;
   };
-  Worker(int rank, int size) : rank_(rank), size_(size) {}
+  Worker(int rank, int size) : rank_(rank), size_(size), notices_(rank, size) {}
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   void MarkFailed(int peer, ucs_status_t status, std::string why);
 
@@ -99,6 +117,10 @@ class Worker {
   std::vector<PeerProcess> peers_;
   Clock::time_point next_liveness_check_{};
   std::atomic<int> failure_count_{0};
+  AbortNotices notices_;
+  uint64_t next_collective_ = 0;
+  bool in_collective_ = false;
+  bool failure_announced_ = false;
 };
 
 // Adaptive waiting while an operation waits for peers: busy-polls first (a

@@ -21,9 +21,9 @@ int Wait(tpx_request_t, int64_t, tpx_error_t*) { return TPX_ERR_INTERNAL; }
 void RequestFree(tpx_request_t) {}
 
 #if defined(TPX_BAD_ABI_VERSION)
-constexpr uint32_t kAbi = TPX_COMM_PLUGIN_ABI_VERSION + 98;
+constexpr uint32_t kAbi = 99;
 #else
-constexpr uint32_t kAbi = TPX_COMM_PLUGIN_ABI_VERSION;
+constexpr uint32_t kAbi = TPX_COMM_PLUGIN_ABI_VERSION_MIN;
 #endif
 #if defined(TPX_BAD_MAGIC)
 constexpr uint32_t kMagic = 0x12345678u;

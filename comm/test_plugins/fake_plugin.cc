@@ -95,7 +95,7 @@ int Wait(tpx_request_t r, int64_t, tpx_error_t*) { return r->status; }
 void RequestFree(tpx_request_t r) { delete r; }
 
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION, "fake",
+    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "fake",
      "fake-1"},
     &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree,
 };
