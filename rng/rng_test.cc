@@ -87,6 +87,50 @@ TEST(Tracker, ForkSwitchesTheActiveStateAndRestoresTheOuterOne) {
   }
 }
 
+// Megatron's double-fork case: a -> b -> a draws the same numbers from each
+// state as forking each once and drawing in sequence.
+TEST(Tracker, NestedForkOfTheSameStateContinuesItsStream) {
+  RngStatesTracker tracker;
+  ASSERT_TRUE(tracker.Add("state1", 1234).ok());
+  ASSERT_TRUE(tracker.Add("state2", 5678).ok());
+  const RngStates initial = tracker.GetStates();
+  std::vector<std::vector<float>> nested1, nested2;
+  {
+    auto f1 = tracker.Fork("state1");
+    ASSERT_TRUE(f1.ok());
+    nested1.push_back(Uniforms({10}, ActiveGenerator()));
+    {
+      auto f2 = tracker.Fork("state2");
+      ASSERT_TRUE(f2.ok());
+      nested2.push_back(Uniforms({10}, ActiveGenerator()));
+      {
+        auto f1_again = tracker.Fork("state1");
+        ASSERT_TRUE(f1_again.ok());
+        nested1.push_back(Uniforms({10}, ActiveGenerator()));
+      }
+      nested2.push_back(Uniforms({10}, ActiveGenerator()));
+    }
+    nested1.push_back(Uniforms({10}, ActiveGenerator()));
+  }
+  const RngStates after_nested = tracker.GetStates();
+  tracker.SetStates(initial);
+  std::vector<std::vector<float>> single1, single2;
+  {
+    auto f1 = tracker.Fork("state1");
+    for (int i = 0; i < 3; ++i) single1.push_back(Uniforms({10}, ActiveGenerator()));
+  }
+  {
+    auto f2 = tracker.Fork("state2");
+    for (int i = 0; i < 2; ++i) single2.push_back(Uniforms({10}, ActiveGenerator()));
+  }
+  EXPECT_EQ(nested1, single1);
+  EXPECT_EQ(nested2, single2);
+  // No draw repeats, and both orders leave the same states behind.
+  EXPECT_NE(nested1[0], nested1[1]);
+  EXPECT_EQ(after_nested, tracker.GetStates());
+  EXPECT_EQ(&ActiveGenerator(), &DefaultGenerator());
+}
+
 TEST(Tracker, AllStatesCaptureTheActiveGenerator) {
   ASSERT_TRUE(ModelParallelManualSeed(11, 0).ok());
   auto fork = GetRngTracker().Fork();

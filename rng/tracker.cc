@@ -1,6 +1,7 @@
 #include "rng/tracker.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -9,12 +10,34 @@ namespace {
 
 thread_local Generator* active_generator = nullptr;
 
+// The forks open on this thread that own their generator, innermost last.
+struct OpenFork {
+  const RngStatesTracker* tracker;
+  std::string name;
+  Generator* generator;
+};
+thread_local std::vector<OpenFork> open_forks;
+
+Generator* OpenGenerator(const RngStatesTracker* tracker, const std::string& name) {
+  for (const OpenFork& f : open_forks) {
+    if (f.tracker == tracker && f.name == name) return f.generator;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 RngFork::RngFork(RngStatesTracker* tracker, std::string name, Generator* previous)
     : tracker_(tracker), name_(std::move(name)), previous_(previous) {
+  // A fork of a state that is already forked further out continues from its
+  // live position, and the outer fork takes its progress home at its end.
+  if (Generator* open = OpenGenerator(tracker_, name_)) {
+    active_generator = open;
+    return;
+  }
   forked_ = std::make_unique<Generator>();
   forked_->set_state(tracker_->states_.at(name_));
+  open_forks.push_back({tracker_, name_, forked_.get()});
   active_generator = forked_.get();
 }
 
@@ -26,11 +49,18 @@ RngFork::RngFork(RngFork&& other) noexcept
 
 RngFork::~RngFork() {
   if (tracker_ == nullptr) return;
+  active_generator = previous_;
+  if (forked_ == nullptr) return;  // nested in a fork of the same state
+  for (auto it = open_forks.begin(); it != open_forks.end(); ++it) {
+    if (it->generator == forked_.get()) {
+      open_forks.erase(it);
+      break;
+    }
+  }
   // SetStates/Reset inside the fork may have dropped the name; then the
   // advanced state has nowhere to go, as with a replaced state dictionary.
   auto it = tracker_->states_.find(name_);
   if (it != tracker_->states_.end()) it->second = forked_->state();
-  active_generator = previous_;
 }
 
 absl::Status RngStatesTracker::Add(absl::string_view name, uint64_t seed) {

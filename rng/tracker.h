@@ -68,7 +68,7 @@ class RngFork {
   RngFork(RngStatesTracker* tracker, std::string name, Generator* previous);
   RngStatesTracker* tracker_;
   std::string name_;
-  std::unique_ptr<Generator> forked_;
+  std::unique_ptr<Generator> forked_;  // null when nested in a fork of the same name
   Generator* previous_;
 };
 
@@ -77,6 +77,9 @@ class RngStatesTracker {
   // Errors: AlreadyExists if the seed or the name is already tracked.
   absl::Status Add(absl::string_view name, uint64_t seed);
   // Makes state `name` the active generator until the returned scope ends.
+  // Forking a state that is already forked on this thread (a -> b -> a)
+  // continues from its live position: draws are the same as without the
+  // nesting, and the outermost fork of the name writes the state back.
   // Error: NotFound if the name was never added.
   absl::StatusOr<RngFork> Fork(absl::string_view name = kModelParallelRng);
   // Copies of the states (a fork in progress is written back at its end).
