@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/autograd/engine.h"
 #include "core/autograd/function.h"
 #include "core/status_macros.h"
 #include "parallel/dtensor/redistribute.h"
@@ -136,6 +137,24 @@ absl::StatusOr<DTensor> DTensor::Redistribute(const DeviceMesh& mesh, Placements
 absl::StatusOr<Variable> DTensor::FullTensor() const {
   TPX_ASSIGN_OR_RETURN(DTensor full, Redistribute(AllReplicate(mesh_.ndim())));
   return full.ToLocal();
+}
+
+absl::Status Backward(const DTensor& output, const DTensor& grad) {
+  if (grad.mesh() != output.mesh()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Backward of ", output.ToString(), ": the gradient ", grad.ToString(), " lives on ",
+        grad.mesh().ToString(), ", not on ", output.mesh().ToString()));
+  }
+  if (grad.shape() != output.shape() || grad.dtype() != output.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("Backward of ", output.ToString(),
+                                                   ": the gradient ", grad.ToString(),
+                                                   " must have the same global shape and dtype"));
+  }
+  TPX_ASSIGN_OR_RETURN(RedistributePlan plan,
+                       grad.PlanRedistribute(PartialAsReplicate(output.placements())));
+  TPX_ASSIGN_OR_RETURN(Tensor local_grad,
+                       ExecuteRedistributePlan(grad.ToLocal().value(), plan, grad.mesh()));
+  return ::tpx::Backward(output.ToLocal(), local_grad);
 }
 
 std::string DTensor::ToString() const {

@@ -8,6 +8,7 @@
 //   TPX_ASSIGN_OR_RETURN(RedistributePlan plan, x.PlanRedistribute({Replicate()}));
 //   TPX_ASSIGN_OR_RETURN(Variable full, y.FullTensor());    // the whole tensor, every rank
 //   TPX_RETURN_IF_ERROR(Backward(loss));                     // gradients flow back
+//   TPX_RETURN_IF_ERROR(Backward(y, dy));  // dy: a DTensor gradient in any layout, e.g. Partial
 //
 // Redistribute is differentiable; its backward moves the gradient back with
 // the reference's rule (see redistribute_plan.h): the gradient of a local
@@ -82,6 +83,16 @@ class DTensor {
   Placements placements_;
   Shape shape_;
 };
+
+// Runs backward from `output` with a gradient that carries its own
+// placements (for instance Partial(sum) when each rank holds a contribution).
+// The gradient is first moved, with the same planner and collectives as
+// Redistribute, to the layout autograd uses for `output` (its placements
+// with Partial read as Replicate); from there each Redistribute's backward
+// rule applies. Collective over the mesh. Errors: a gradient on another
+// mesh (UNIMPLEMENTED) or with another global shape or dtype
+// (INVALID_ARGUMENT); the engine's errors.
+absl::Status Backward(const DTensor& output, const DTensor& grad);
 
 }  // namespace tpx::dtensor
 

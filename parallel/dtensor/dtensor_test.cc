@@ -127,6 +127,44 @@ void CheckAllPairs(const DeviceMesh& mesh, const std::vector<Placements>& lists,
   }
 }
 
+// Backward with a gradient DTensor in every layout (Partial ones hold
+// per-rank contributions): the input's gradient is the same as with the
+// gradient given in the output's own gradient layout.
+void CheckGradientLayouts(const DeviceMesh& mesh, const std::vector<Placements>& lists,
+                          const Shape& shape) {
+  const Tensor global = IntegerTensor(shape, 1);
+  const Tensor grad = IntegerTensor(shape, 2);
+  for (const Placements& src : lists) {
+    for (const Placements& dst : lists) {
+      for (const Placements& grad_layout : lists) {
+        SCOPED_TRACE(absl::StrCat(PlacementsString(src), " -> ", PlacementsString(dst),
+                                  ", gradient ", PlacementsString(grad_layout)));
+        Variable x(MakeLocal(global, src, mesh), /*requires_grad=*/true);
+        absl::StatusOr<DTensor> out = DTensor::FromLocal(x, mesh, src, shape)->Redistribute(dst);
+        ASSERT_TRUE(out.ok()) << out.status();
+        absl::StatusOr<DTensor> dy =
+            DTensor::FromLocal(Variable(MakeLocal(grad, grad_layout, mesh)), mesh, grad_layout,
+                               shape);
+        ASSERT_TRUE(dy.ok()) << dy.status();
+        ASSERT_TRUE(Backward(*out, *dy).ok());
+        ASSERT_TRUE(x.grad().defined());
+        EXPECT_TRUE(TensorsClose(x.grad(), Piece(grad, PartialAsReplicate(src), mesh), 0, 0));
+      }
+    }
+  }
+  // A gradient of another global shape is an error, on every rank alike.
+  Variable x(Piece(global, lists[0], mesh), /*requires_grad=*/true);
+  absl::StatusOr<DTensor> out = DTensor::FromLocal(x, mesh, lists[0], shape);
+  Shape other = shape;
+  other[1] += 1;
+  absl::StatusOr<DTensor> wrong =
+      DTensor::Distribute(IntegerTensor(other, 2), mesh, Placements(mesh.ndim(), Replicate()));
+  ASSERT_TRUE(out.ok() && wrong.ok());
+  absl::Status s = Backward(*out, *wrong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("same global shape"), std::string::npos) << s;
+}
+
 // Shard(a) -> Shard(b) on mesh dim `mesh_dim` is exactly one all_to_all and
 // gives what gathering then cutting gives.
 void CheckAllToAll(const DeviceMesh& mesh, const Shape& shape, const Placements& src,
@@ -182,6 +220,7 @@ void RunOneDim(int n) {
     if (n > 1) shapes.push_back({n - 1, n + 1});  // a dim smaller than the mesh
     for (const Shape& shape : shapes) CheckAllPairs(*mesh, OneDimLists(), shape);
     CheckAllPairs(*mesh, OneDimLists(), {n + 1, 2 * n + 1}, DType::kBF16);
+    CheckGradientLayouts(*mesh, OneDimLists(), {n + 1, 2 * n + 1});
     CheckAllToAll(*mesh, {2 * n + 1, n + 2}, {Shard(0)}, {Shard(1)}, {Replicate()});
     CheckAllToAll(*mesh, {n + 2, 3, 2 * n - 1}, {Shard(2)}, {Shard(0)}, {Replicate()});
   }, DebugChecks());
