@@ -25,6 +25,7 @@ const Tunables& GetTunables() {
     t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
     t.tick_us = EnvInt("TPX_UCX_TICK_US", 200);
     if (t.tick_us < 10) t.tick_us = 10;
+    t.check_lengths = EnvInt("TPX_UCX_CHECK_LENGTHS", 1) != 0;
     return t;
   }();
   return tunables;

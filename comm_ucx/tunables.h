@@ -10,6 +10,9 @@
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
 // TPX_UCX_TICK_US          how long posted work may sit undriven before the
 //                          executor thread runs it (default 200)
+// TPX_UCX_CHECK_LENGTHS    0 skips comparing each received length with the
+//                          posted one (only to measure what the check costs;
+//                          a size disagreement then goes undetected)
 #ifndef TPX_COMM_UCX_TUNABLES_H_
 #define TPX_COMM_UCX_TUNABLES_H_
 
@@ -24,6 +27,7 @@ struct Tunables {
   int64_t spin_us;
   int64_t yield_us;
   int64_t tick_us;
+  bool check_lengths;
 };
 
 const Tunables& GetTunables();
