@@ -30,7 +30,18 @@ struct Shared {
   std::unique_ptr<StoreAbi> store_abi;
   std::unique_ptr<ProgressTracker> progress;
   CommOptions options;
+  // World rank of each rank of this communicator (identity for the world).
+  std::vector<int> world_ranks;
   tpx_comm_t handle = nullptr;
+
+  // "rank 1 of world" or, in a split, "rank 1 (world rank 3) of world/split2/c1".
+  std::string RankOf() const {
+    const int r = options.rank;
+    if (r < static_cast<int>(world_ranks.size()) && world_ranks[r] != r) {
+      return absl::StrCat("rank ", r, " (world rank ", world_ranks[r], ") of ", options.name);
+    }
+    return absl::StrCat("rank ", r, " of ", options.name);
+  }
 
   ~Shared() {
     progress.reset();
@@ -121,9 +132,7 @@ class PluginWork : public WorkImpl {
 
   absl::Status Explain(const absl::Status& backend) {
     const bool is_timeout = backend.code() == absl::StatusCode::kDeadlineExceeded;
-    std::string out = absl::StrCat(DescribeCollective(op_, seq_), " on rank ",
-                                   shared_->options.rank, " of ",
-                                   shared_->options.name);
+    std::string out = absl::StrCat(DescribeCollective(op_, seq_), " on ", shared_->RankOf());
     if (is_timeout) {
       absl::StrAppend(&out, " timed out after ", absl::FormatDuration(shared_->options.timeout));
     } else {
@@ -269,6 +278,7 @@ class PluginCommunicatorImpl : public Communicator {
     child->options.rank = new_rank;
     child->options.size = static_cast<int>(members.size());
     child->options.name = std::move(child_name);
+    for (int32_t m : members) child->world_ranks.push_back(shared_->world_ranks[m]);
     tpx_comm_config_v1_t config = MakeConfig(*child);
     tpx_error_t err{};
     std::lock_guard<std::mutex> lock(mu_);
@@ -299,6 +309,7 @@ class PluginCommunicatorImpl : public Communicator {
   static void StartProgress(Shared& s) {
     s.progress = std::make_unique<ProgressTracker>(s.store.get(), s.options.name, s.options.rank,
                                                    s.options.size, s.options.heartbeat_period);
+    s.progress->SetWorldRanks(s.world_ranks);
   }
 
  private:
@@ -381,6 +392,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> PluginCommunicator::Create(
   shared->keep_alive = std::move(keep_alive);
   shared->store_abi = std::make_unique<StoreAbi>(shared->store.get());
   shared->options = options;
+  for (int r = 0; r < options.size; ++r) shared->world_ranks.push_back(r);
   tpx_comm_config_v1_t config = PluginCommunicatorImpl::MakeConfig(*shared);
   tpx_error_t err{};
   int rc = shared->plugin->api().comm_create(&config, &shared->handle, &err);

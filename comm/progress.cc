@@ -17,6 +17,21 @@ std::string FormatRankList(const std::vector<int>& ranks) {
   return absl::StrCat("ranks ", absl::StrJoin(head, ", "), " and ", ranks.back());
 }
 
+std::string ProgressTracker::Ranks(const std::vector<int>& ranks) const {
+  std::string out = FormatRankList(ranks);
+  if (world_ranks_.empty() || ranks.empty()) return out;
+  std::vector<int> world;
+  bool renumbered = false;
+  for (int r : ranks) {
+    const int w = r < static_cast<int>(world_ranks_.size()) ? world_ranks_[r] : r;
+    renumbered |= w != r;
+    world.push_back(w);
+  }
+  if (!renumbered) return out;
+  std::string in_world = FormatRankList(world);
+  return absl::StrCat(out, " (world ", in_world, ")");
+}
+
 ProgressTracker::ProgressTracker(Store* store, std::string comm_name, int rank, int size,
                                  absl::Duration period)
     : store_(store),
@@ -121,23 +136,23 @@ std::string ProgressTracker::Explain(uint64_t seq, absl::Duration read_timeout) 
     } else if (p.entered < seq) {
       missing.push_back(r);
       last_completed.push_back(p.completed == 0
-                                   ? absl::StrCat("rank ", r, " completed none")
-                                   : absl::StrCat("rank ", r, " last completed #", p.completed));
+                                   ? absl::StrCat(Ranks({r}), " completed none")
+                                   : absl::StrCat(Ranks({r}), " last completed #", p.completed));
     } else if (p.completed < seq) {
       stalled.push_back(r);
     }
   }
   std::string out;
   if (!missing.empty()) {
-    absl::StrAppend(&out, FormatRankList(missing), " never entered it");
+    absl::StrAppend(&out, Ranks(missing), " never entered it");
     if (!last_completed.empty()) absl::StrAppend(&out, "; ", absl::StrJoin(last_completed, ", "));
     if (!silent.empty()) {
-      absl::StrAppend(&out, "; ", FormatRankList(silent), " never reported progress");
+      absl::StrAppend(&out, "; ", Ranks(silent), " never reported progress");
     }
   } else {
     absl::StrAppend(&out, "every rank entered it");
     if (!stalled.empty()) {
-      absl::StrAppend(&out, "; ", FormatRankList(stalled), " had not completed it");
+      absl::StrAppend(&out, "; ", Ranks(stalled), " had not completed it");
     }
   }
   return out;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "comm/store.h"
@@ -49,6 +50,12 @@ class ProgressTracker {
   // Writes the current state to the store now (if it changed).
   absl::Status Publish();
 
+  // World rank of each rank of this communicator (a split's ranks are
+  // renumbered); messages then name both. Empty: the ranks are world ranks.
+  void SetWorldRanks(std::vector<int> world_ranks) { world_ranks_ = std::move(world_ranks); }
+  // "rank 1 (world rank 3)", "ranks 0 and 1 (world ranks 2 and 3)".
+  std::string Ranks(const std::vector<int>& ranks) const;
+
  private:
   void Run();
 
@@ -65,6 +72,7 @@ class ProgressTracker {
   std::mutex publish_mu_;
   uint64_t published_entered_ = ~0ull;   // guarded by publish_mu_
   uint64_t published_completed_ = ~0ull;  // guarded by publish_mu_
+  std::vector<int> world_ranks_;
   std::thread thread_;
 };
 

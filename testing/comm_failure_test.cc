@@ -67,6 +67,27 @@ TEST(CommFailure, DeadRankDuringBarrier) {
   }, KillOptions("barrier"));
 }
 
+// In a split, ranks are renumbered; messages name the world ranks too, so a
+// user knows which process to look at.
+TEST(CommFailure, SplitMessagesNameWorldRanks) {
+  RunOptions options = KillOptions("child_all_reduce");
+  options.kill_rank = 3;
+  RunOnRanks(4, [](RankContext& ctx) {
+    auto child = ctx.comm.Split(/*color=*/ctx.rank % 2, /*key=*/ctx.rank);
+    ASSERT_TRUE(child.ok()) << child.status();
+    if (ctx.rank % 2 == 0) return;
+    ctx.KillPoint("child_all_reduce");
+    float x[4] = {};
+    absl::Status s = (*child)->AllReduce(x, 4, DType::kF32, ReduceOp::kSum).Wait();
+    std::fprintf(stderr, "survivor sees: %s\n", s.ToString().c_str());
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("on rank 0 (world rank 1) of world/split1/c1"), std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("rank 1 (world rank 3) never entered it"), std::string::npos)
+        << s;
+  }, options);
+}
+
 TEST(CommDebug, MismatchedCollectivesAreReportedOnEveryRank) {
   RunOptions options;
   options.debug_checks = true;
