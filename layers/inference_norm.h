@@ -30,8 +30,8 @@ enum class NormKind {
 
 struct InferenceNorm {
   NormKind kind = NormKind::kRmsNorm;
-  Tensor weight;  // [hidden]
-  Tensor bias;    // [hidden]; LayerNorm only, may be undefined
+  Tensor weight{};  // [hidden]
+  Tensor bias{};    // [hidden]; LayerNorm only, may be undefined
   double eps = 1e-5;
   // false: the core-op path even on the CPU (how the device path is tested
   // without a device).
