@@ -79,6 +79,26 @@ absl::Status Generator::CheckTokens(const std::vector<int64_t>& tokens, const ch
   return absl::OkStatus();
 }
 
+absl::Status Generator::CheckPrompt(const GptConfig& c, const std::vector<int64_t>& p) {
+  if (p.empty()) {
+    return absl::InvalidArgumentError(
+        "Generator: the prompt is empty; give at least one byte to continue from");
+  }
+  if (static_cast<int64_t>(p.size()) > c.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat("Generator: the prompt has ", p.size(),
+                                                   " bytes, more than the model's context "
+                                                   "(seq_len ", c.seq_len, ")"));
+  }
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] < 0 || p[i] >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("Generator: byte ", i, " of the prompt is ",
+                                                     p[i], ", outside the model's vocabulary [0, ",
+                                                     c.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tensor> Generator::Prefill(const Tensor& tokens) {
   const int64_t seq_len = model_->config().seq_len;
   if (!tokens.defined() || tokens.dim() != 2 || tokens.dtype() != DType::kI64 ||
@@ -289,27 +309,12 @@ absl::StatusOr<std::vector<std::vector<int64_t>>> Generator::Generate(
   }
   const int64_t len = static_cast<int64_t>(prompts[0].size());
   for (int64_t b = 0; b < batch; ++b) {
-    const std::vector<int64_t>& p = prompts[b];
-    if (p.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Generator: prompt ", b, " is empty; give at least one byte to continue from"));
-    }
-    if (static_cast<int64_t>(p.size()) > c.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat("Generator: prompt ", b, " has ", p.size(),
-                                                     " bytes, longer than the model's context "
-                                                     "(seq_len ", c.seq_len, ")"));
-    }
-    if (static_cast<int64_t>(p.size()) != len) {
+    absl::Status s = CheckPrompt(c, prompts[b]);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt ", b, ": ", s.message()));
+    if (static_cast<int64_t>(prompts[b].size()) != len) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Generator: prompts of one batch must have one length; prompt 0 has ", len,
-          " bytes, prompt ", b, " has ", p.size()));
-    }
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (p[i] < 0 || p[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Generator: byte ", i, " of prompt ", b, " is ", p[i],
-            ", outside the model's vocabulary [0, ", c.vocab_size, ")"));
-      }
+          " bytes, prompt ", b, " has ", prompts[b].size()));
     }
   }
   TPX_RETURN_IF_ERROR(ValidateSampling(o.sampling));

@@ -73,6 +73,10 @@ class Generator {
       const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& options,
       const std::function<void(int64_t, int64_t)>& on_token = {});
 
+  // Errors: an empty prompt, one longer than config.seq_len, a byte outside
+  // the vocabulary (what Generate checks per prompt; callers can check early).
+  static absl::Status CheckPrompt(const GptConfig& config, const std::vector<int64_t>& prompt);
+
   // The steps Generate is made of, for tests and benchmarks. Prefill clears
   // the cache and runs tokens [T, B] (i64, host) from position 0; Decode runs
   // one more position, tokens [B]. Both return the full-vocabulary logits of

@@ -178,9 +178,9 @@ void BadInput(comm::Communicator& tp) {
     ASSERT_FALSE(r.ok()) << says;
     EXPECT_NE(r.status().message().find(says), std::string::npos) << r.status();
   };
-  expect_error({{}}, o, "prompt 0 is empty");
-  expect_error({std::vector<int64_t>(17, 'a')}, o, "longer than the model's context (seq_len 16)");
-  expect_error({{'a', 300}}, o, "byte 1 of prompt 0 is 300, outside the model's vocabulary");
+  expect_error({{}}, o, "prompt 0: Generator: the prompt is empty");
+  expect_error({std::vector<int64_t>(17, 'a')}, o, "17 bytes, more than the model's context (seq_len 16)");
+  expect_error({{'a'}, {'a', 300}}, o, "prompt 1: Generator: byte 1 of the prompt is 300, outside the model's vocabulary");
   expect_error({{'a', -1}}, o, "is -1, outside");
   expect_error({{'a'}, {'a', 'b'}}, o, "one length");
   expect_error({{'a'}, {'b'}, {'c'}}, o, "max_batch 2");

@@ -51,6 +51,10 @@ absl::StatusOr<double> Evaluate(const GptModel& model, const ByteDataset& data,
 absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& data,
                                   const TrainOptions& o,
                                   const std::function<void(const StepRecord&)>& on_log) {
+  if (o.sample_tokens > 0) {  // refuse a bad sample request before training, not after
+    TPX_RETURN_IF_ERROR(Generator::CheckPrompt(o.model, Encode(o.prompt)));
+    TPX_RETURN_IF_ERROR(ValidateSampling(o.sampling));
+  }
   TPX_ASSIGN_OR_RETURN(auto state, parallel::ParallelState::Create(world, o.tp));
   comm::Communicator& tp = state->tp();
   comm::Communicator& dp = state->dp();
