@@ -14,6 +14,7 @@
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/generator.h"
 #include "examples/gpt/model.h"
+#include "examples/gpt/trainer.h"
 #include "gtest/gtest.h"
 #include "parallel/mappings.h"
 #include "rng/tracker.h"
@@ -205,6 +206,18 @@ void BadInput(comm::Communicator& tp) {
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("n_heads"), std::string::npos) << bad.status();
   }
+  // Training refuses a sample it could not take before it trains.
+  auto data = ByteDataset::FromText(std::string(4096, 'a'), 0.1);
+  ASSERT_TRUE(data.ok());
+  TrainOptions train{.model = TinyConfig(), .tp = tp.size(), .steps = 1,
+                     .prompt = std::string(17, 'a')};
+  auto trained = Train(tp, *data, train);
+  ASSERT_FALSE(trained.ok());
+  EXPECT_NE(trained.status().message().find("more than the model's context"), std::string::npos)
+      << trained.status();
+  train.prompt = "ok";
+  train.sampling.top_p = 0;
+  EXPECT_FALSE(Train(tp, *data, train).ok());
   // After all those errors the group is still in step.
   auto ok = (*gen)->Generate({{'a'}}, o);
   EXPECT_TRUE(ok.ok()) << ok.status();
