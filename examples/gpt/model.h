@@ -106,7 +106,6 @@ class GptModel {
   const Variable& final_norm_bias() const { return lnf_b_; }
 
  private:
-
   GptModel(comm::Communicator& tp, GptConfig config) : tp_(&tp), config_(config) {}
   absl::StatusOr<Variable> BlockForward(const Block& block, const Variable& x, int64_t seq_len,
                                         int64_t batch, bool training) const;

@@ -5,8 +5,8 @@
 // Starts its own ranks (--nproc, forked on this machine) unless a launcher
 // (tools/tpxrun, torchrun, mpirun) already did. Prints a progress line per
 // --log_interval steps, the validation loss every --eval_interval steps, a
-// sampled text at the end (--temperature, --top_k, --top_p), and writes the loss curve as CSV (and as a
-// PNG when gnuplot is installed).
+// sampled text at the end (--temperature, --top_k, --top_p), and writes the
+// loss curve as CSV (and as a PNG when gnuplot is installed).
 #include <unistd.h>
 
 #include <algorithm>
