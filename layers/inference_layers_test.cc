@@ -3,7 +3,7 @@
 // the same shared weights) and a single-process reference on the full
 // weights; the fused reduce-scatter/add/norm/all-gather equals the unfused
 // sequence, on the CPU kernel and on the core-op path, across calls with
-// other row counts (the buffers are reused).
+// other row counts (the buffers are reused); bf16 runs the core-op path.
 #include <vector>
 
 #include "core/autograd/functional.h"
@@ -172,6 +172,60 @@ void RowBody(RankContext& ctx) {
   }
 }
 
+// bf16 weights and activations take the core-op path (the CPU kernel is
+// f32-only); they match the f32 computation on the same (bf16) values.
+void Bf16Body(RankContext& ctx) {
+  comm::Communicator& tp = ctx.comm;
+  const int n = ctx.size, r = ctx.rank;
+  const int64_t h = 8, wide = 24, T = 8;
+  auto col = ColumnParallelLinear::Create(tp, h, wide,
+                                          {.sequence_parallel = true,
+                                           .init_method = NormalInit(0.5),
+                                           .seed = kSeed,
+                                           .params_dtype = DType::kBF16});
+  auto row = RowParallelLinear::Create(tp, wide, h,
+                                       {.input_is_parallel = true,
+                                        .sequence_parallel = true,
+                                        .init_method = NormalInit(0.5),
+                                        .seed = kSeed + 1,
+                                        .params_dtype = DType::kBF16});
+  ASSERT_TRUE(col.ok() && row.ok());
+  InferenceNorm norm{.kind = NormKind::kLayerNorm,
+                     .weight = RandomTensor({h}, DType::kBF16, 4, 0.5f, 1.5f),
+                     .bias = RandomTensor({h}, DType::kBF16, 5)};
+  auto cl = InferenceLayerNormColumnParallelLinear::Create(tp, *col, norm);
+  auto rl = InferenceRowParallelLinear::Create(tp, *row);
+  ASSERT_TRUE(cl.ok() && rl.ok());
+  const Tensor X = RandomTensor({T, h}, DType::kBF16, 70);
+  auto f32 = [](const Tensor& t) { return *t.To(DType::kF32); };
+  InferenceNorm norm32{.kind = NormKind::kLayerNorm, .weight = f32(norm.weight),
+                       .bias = f32(norm.bias)};
+  auto y = cl->Forward(Piece(X, 0, n, r));
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->dtype(), DType::kBF16);
+  const Tensor ref = *ops::Linear(ReferenceNorm(norm32, f32(X)), f32(col->weight().value()),
+                                  f32(col->bias().value()));
+  EXPECT_TRUE(TensorsClose(f32(*y), ref, 3e-2, 3e-2));
+
+  const Tensor H = RandomTensor({T, wide}, DType::kBF16, 71);
+  const Tensor R = RandomTensor({T, h}, DType::kBF16, 72);
+  Tensor residual = *Piece(R, 0, n, r).Clone();
+  auto gathered = rl->ForwardAddNormGather(Piece(H, 1, n, r), residual, norm);
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_EQ(gathered->dtype(), DType::kBF16);
+  Tensor w_full = *Tensor::Empty({h, wide}, DType::kBF16);
+  Tensor w_parts = *Tensor::Empty({h * n, wide / n}, DType::kBF16);
+  ASSERT_TRUE(tp.AllGather(*row->weight().value().Contiguous(), w_parts).Wait().ok());
+  for (int k = 0; k < n; ++k) {
+    ASSERT_TRUE(w_full.Narrow(1, k * (wide / n), wide / n)
+                    ->CopyFrom(*w_parts.Narrow(0, k * h, h))
+                    .ok());
+  }
+  const Tensor full_res = *ops::Add(f32(R), *ops::Linear(f32(H), f32(w_full)));
+  EXPECT_TRUE(TensorsClose(f32(residual), Piece(full_res, 0, n, r), 3e-2, 3e-2));
+  EXPECT_TRUE(TensorsClose(f32(*gathered), ReferenceNorm(norm32, full_res), 5e-2, 5e-2));
+}
+
 void ErrorBody(RankContext& ctx) {
   comm::Communicator& tp = ctx.comm;
   const int n = ctx.size;
@@ -229,6 +283,13 @@ TEST(InferenceLayers, RowAndFusedTailMatchUnfusedAndReference) {
   for (int n : {1, 2, 3, 4}) {
     SCOPED_TRACE(::testing::Message() << "world " << n);
     RunOnRanks(n, RowBody);
+  }
+}
+
+TEST(InferenceLayers, Bf16TakesTheCoreOpPath) {
+  for (int n : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << "world " << n);
+    RunOnRanks(n, Bf16Body);
   }
 }
 
