@@ -20,7 +20,6 @@
 namespace tpx::gpt {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;
 constexpr double kInitStd = 0.02;
 
 absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, Device device) {
@@ -276,25 +275,6 @@ absl::StatusOr<Variable> GptModel::Loss(const Tensor& tokens, const Tensor& targ
   TPX_ASSIGN_OR_RETURN(Variable per_token,
                        loss::VocabParallelCrossEntropy(logits, targets, tp_, {}));
   return loss::MeanOverNonIgnored(per_token, targets);
-}
-
-absl::StatusOr<std::vector<int64_t>> GptModel::Generate(std::vector<int64_t> prompt,
-                                                        int64_t count) const {
-  NoGradGuard no_grad;
-  const int64_t t = config_.seq_len;
-  for (int64_t i = 0; i < count; ++i) {
-    std::vector<int64_t> window(t, '\n');
-    const int64_t have = std::min<int64_t>(t, static_cast<int64_t>(prompt.size()));
-    std::copy(prompt.end() - have, prompt.end(), window.end() - have);
-    TPX_ASSIGN_OR_RETURN(Tensor tokens, Tensor::FromVector<int64_t>(window, {t, 1}));
-    TPX_ASSIGN_OR_RETURN(Variable logits, Logits(tokens, /*training=*/false));
-    TPX_ASSIGN_OR_RETURN(Variable full, parallel::GatherFromTensorParallelRegion(*tp_, logits));
-    TPX_ASSIGN_OR_RETURN(Tensor last, full.value().Narrow(0, t - 1, 1));
-    TPX_ASSIGN_OR_RETURN(Tensor flat, last.Reshape({config_.vocab_size}));
-    TPX_ASSIGN_OR_RETURN(Tensor best, ops::Argmax(flat, 0));
-    prompt.push_back(static_cast<int64_t>(best.Item()));
-  }
-  return prompt;
 }
 
 absl::Status GptModel::AllReduceSequenceParallelGrads() const {

@@ -78,10 +78,6 @@ class GptModel {
   absl::StatusOr<Variable> Logits(const Tensor& tokens, bool training) const;
   // Mean next-token cross entropy (0-d), the same value on every TP rank.
   absl::StatusOr<Variable> Loss(const Tensor& tokens, const Tensor& targets, bool training) const;
-  // Greedy decoding: appends `count` argmax tokens to `prompt`, each
-  // predicted from the last seq_len tokens (left-padded with '\n').
-  // Collective over tp.
-  absl::StatusOr<std::vector<int64_t>> Generate(std::vector<int64_t> prompt, int64_t count) const;
 
   // All-reduces over tp the gradients of replicated parameters that are
   // partial under sequence parallelism (no-op otherwise).
@@ -92,7 +88,8 @@ class GptModel {
   // Parameters of the whole (unsharded) model.
   int64_t NumParameters() const;
 
- private:
+  // The layers and weights, for code that runs the model another way (the
+  // KV-cache decoder, examples/gpt/generator.h). Shared, not copied.
   struct Block {
     Variable ln1_w, ln1_b, ln2_w, ln2_b;
     std::unique_ptr<layers::ColumnParallelLinear> qkv;
@@ -100,7 +97,15 @@ class GptModel {
     std::unique_ptr<layers::ColumnParallelLinear> fc1;
     std::unique_ptr<layers::RowParallelLinear> fc2;
   };
+  static constexpr double kLayerNormEps = 1e-5;
+  comm::Communicator& tp() const { return *tp_; }
+  const layers::VocabParallelEmbedding& embedding() const { return *embedding_; }
+  const Variable& positions() const { return positions_; }  // [seq_len, d_model]
+  const std::vector<Block>& blocks() const { return blocks_; }
+  const Variable& final_norm_weight() const { return lnf_w_; }
+  const Variable& final_norm_bias() const { return lnf_b_; }
 
+ private:
   GptModel(comm::Communicator& tp, GptConfig config) : tp_(&tp), config_(config) {}
   absl::StatusOr<Variable> BlockForward(const Block& block, const Variable& x, int64_t seq_len,
                                         int64_t batch, bool training) const;

@@ -5,8 +5,8 @@
 // Starts its own ranks (--nproc, forked on this machine) unless a launcher
 // (tools/tpxrun, torchrun, mpirun) already did. Prints a progress line per
 // --log_interval steps, the validation loss every --eval_interval steps, a
-// greedy text sample at the end, and writes the loss curve as CSV (and as a
-// PNG when gnuplot is installed).
+// sampled text at the end (--temperature, --top_k, --top_p), and writes the
+// loss curve as CSV (and as a PNG when gnuplot is installed).
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +26,7 @@
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/launch.h"
 #include "examples/gpt/model_flags.h"
+#include "examples/gpt/sampling_flags.h"
 #include "examples/gpt/trainer.h"
 
 ABSL_FLAG(int, nproc, 2, "Ranks to start on this machine (ignored under a launcher).");
@@ -43,7 +44,7 @@ ABSL_FLAG(double, clip, 1.0, "Clip gradients to this global norm.");
 ABSL_FLAG(int64_t, log_interval, 10, "Steps between progress lines.");
 ABSL_FLAG(int64_t, eval_interval, 100, "Steps between validation losses.");
 ABSL_FLAG(int64_t, eval_batches, 4, "Validation batches per evaluation.");
-ABSL_FLAG(int64_t, sample_tokens, 300, "Greedy sample length after training.");
+ABSL_FLAG(int64_t, sample_tokens, 300, "Length of the text sampled after training.");
 ABSL_FLAG(std::string, prompt, "And the LORD said unto Moses,", "Prompt of the sample.");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled KJV Genesis + Exodus).");
 ABSL_FLAG(std::string, csv, "gpt_loss.csv",
@@ -145,6 +146,7 @@ absl::Status RankMain() {
   o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   o.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   o.prompt = absl::GetFlag(FLAGS_prompt);
+  TPX_ASSIGN_OR_RETURN(o.sampling, SamplingOptionsFromFlags());
 
   if (leader) {
     std::printf("data: %s (%zu train / %zu validation bytes); unigram entropy %.3f nats/byte\n",
@@ -178,7 +180,7 @@ absl::Status RankMain() {
                 static_cast<long long>(result.num_parameters), result.tokens_per_s,
                 result.final_val_loss, data.UnigramEntropyNats());
     if (!result.sample.empty()) {
-      std::printf("--- greedy sample ---\n%s\n---------------------\n", result.sample.c_str());
+      std::printf("--- sample ---\n%s\n--------------\n", result.sample.c_str());
     }
     WriteCurve(result, UserPath(absl::GetFlag(FLAGS_csv)));
   }

@@ -8,6 +8,7 @@
 #include "core/autograd/engine.h"
 #include "core/autograd/grad_mode.h"
 #include "core/status_macros.h"
+#include "examples/gpt/generator.h"
 #include "optim/adamw.h"
 #include "optim/clip_grad.h"
 #include "optim/grad_sync.h"
@@ -50,6 +51,10 @@ absl::StatusOr<double> Evaluate(const GptModel& model, const ByteDataset& data,
 absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& data,
                                   const TrainOptions& o,
                                   const std::function<void(const StepRecord&)>& on_log) {
+  if (o.sample_tokens > 0) {  // refuse a bad sample request before training, not after
+    TPX_RETURN_IF_ERROR(Generator::CheckPrompt(o.model, Encode(o.prompt)));
+    TPX_RETURN_IF_ERROR(ValidateSampling(o.sampling));
+  }
   TPX_ASSIGN_OR_RETURN(auto state, parallel::ParallelState::Create(world, o.tp));
   comm::Communicator& tp = state->tp();
   comm::Communicator& dp = state->dp();
@@ -122,9 +127,12 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
   const double total_s = absl::ToDoubleSeconds(absl::Now() - start) - eval_s;
   result.tokens_per_s = tokens_per_step * static_cast<double>(o.steps) / std::max(total_s, 1e-9);
   if (o.sample_tokens > 0) {
-    TPX_ASSIGN_OR_RETURN(std::vector<int64_t> sample,
-                         model->Generate(Encode(o.prompt), o.sample_tokens));
-    result.sample = Decode(sample);
+    TPX_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator, Generator::Create(*model));
+    TPX_ASSIGN_OR_RETURN(
+        std::vector<std::vector<int64_t>> sample,
+        generator->Generate({Encode(o.prompt)},
+                            {.max_new_tokens = o.sample_tokens, .sampling = o.sampling}));
+    result.sample = Decode(sample[0]);
   }
   return result;
 }

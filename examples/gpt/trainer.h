@@ -22,6 +22,7 @@
 #include "comm/communicator.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/model.h"
+#include "examples/gpt/sampling.h"
 
 namespace tpx::gpt {
 
@@ -38,8 +39,9 @@ struct TrainOptions {
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // also after the last step; 0 = only then
   int64_t eval_batches = 4;
-  int64_t sample_tokens = 200;  // greedy sample after training; 0 = none
+  int64_t sample_tokens = 200;  // text sampled after training; 0 = none
   std::string prompt = "And the LORD said unto Moses,";
+  SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};
 };
 
 // One logged step.
@@ -60,7 +62,7 @@ struct TrainResult {
   double final_val_loss = -1;
   double tokens_per_s = 0;
   int64_t num_parameters = 0;
-  std::string sample;  // prompt + greedy continuation
+  std::string sample;  // prompt + sampled continuation (examples/gpt/generator.h)
 };
 
 // Collective over world. Errors: world size not divisible by options.tp,
