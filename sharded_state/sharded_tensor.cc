@@ -127,6 +127,19 @@ absl::Status AssignFromShard(const ShardedTensor& spec, const Tensor& shard) {
   return spec.local.CopyFrom(shard);
 }
 
+absl::Status AssignAllFromFull(absl::Span<const ShardedTensor> state,
+                               const std::map<std::string, Tensor>& full) {
+  std::vector<std::pair<const ShardedTensor*, Tensor>> shards;
+  for (const ShardedTensor& t : state) {
+    auto it = full.find(t.name);
+    if (it == full.end() || !it->second.defined()) continue;
+    TPX_ASSIGN_OR_RETURN(Tensor shard, ExtractShard(t, it->second));
+    shards.emplace_back(&t, std::move(shard));
+  }
+  for (const auto& [t, shard] : shards) TPX_RETURN_IF_ERROR(AssignFromShard(*t, shard));
+  return absl::OkStatus();
+}
+
 absl::Status CheckUniqueNames(absl::Span<const ShardedTensor> state) {
   std::set<std::string> seen;
   for (const ShardedTensor& t : state) {

@@ -20,6 +20,7 @@
 #define TPX_SHARDED_STATE_SHARDED_TENSOR_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,13 @@ absl::Status AssignFromFull(const ShardedTensor& spec, const Tensor& full);
 // Copies `shard` (this rank's local tensor) into spec.local.
 // Error naming the tensor: shape or dtype differs from the local one.
 absl::Status AssignFromShard(const ShardedTensor& spec, const Tensor& shard);
+
+// Assigns each tensor of `state` its slice of full[name] (keys are global
+// names); tensors without an entry, or with an undefined one, are left as
+// they are. All are checked before any is written. Error naming the tensor:
+// a shape or dtype that differs from the global one.
+absl::Status AssignAllFromFull(absl::Span<const ShardedTensor> state,
+                               const std::map<std::string, Tensor>& full);
 
 // Error naming the first duplicated global name.
 absl::Status CheckUniqueNames(absl::Span<const ShardedTensor> state);
