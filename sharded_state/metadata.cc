@@ -56,7 +56,7 @@ std::string MetadataToJson(const CheckpointMetadata& m) {
             {"tp_size", m.tp_size},  {"dp_size", m.dp_size},
             {"step", m.step},        {"user", m.user},
             {"tensors", tensors}};
-  return j.dump(1);
+  return j.dump();
 }
 
 absl::StatusOr<CheckpointMetadata> MetadataFromJson(absl::string_view text,
