@@ -1,5 +1,6 @@
 #include "sharded_state/sharded_tensor.h"
 
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -123,6 +124,11 @@ absl::Status AssignFromShard(const ShardedTensor& spec, const Tensor& shard) {
         "tensor '", spec.name, "': expected a ", std::string(DTypeName(spec.dtype)), " shard of ",
         ShapeString(spec.LocalShape()), ", got ",
         shard.defined() ? shard.ToString() : "an undefined tensor"));
+  }
+  if (spec.local.device().is_cpu() && shard.device().is_cpu() && shard.is_contiguous() &&
+      spec.local.is_contiguous()) {
+    std::memcpy(spec.local.raw_data(), shard.raw_data(), shard.nbytes());  // the common case
+    return absl::OkStatus();
   }
   return spec.local.CopyFrom(shard);
 }
