@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -144,22 +146,40 @@ absl::Status Commit(const std::string& root, const std::string& tag,
   return FsyncPath(root);
 }
 
+absl::Status Annotate(const std::string& root, absl::string_view what, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("saving checkpoint under ", root, ": ", what, s.message()));
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> SaveShardedState(const parallel::ParallelState& parallel,
-                                             const std::string& root,
-                                             absl::Span<const ShardedTensor> state,
-                                             const SaveOptions& options) {
+// One save in progress on one rank.
+struct PendingSave::Job {
+  const parallel::ParallelState* parallel = nullptr;
+  std::string root, tag;
+  SaveOptions options;
+  CheckpointMetadata metadata;
+  std::vector<std::string> names;  // what this rank writes ...
+  std::vector<Tensor> data;        // ... from these host tensors
+  std::thread writer;
+  absl::Status written;
+};
+
+namespace {
+
+// Steps 1 and 2, collective: checks, tag, temp dir; and what this rank writes
+// (copied to host memory when `snapshot`, so the caller may change the model).
+absl::StatusOr<std::unique_ptr<PendingSave::Job>> Begin(const parallel::ParallelState& parallel,
+                                                        const std::string& root,
+                                                        absl::Span<const ShardedTensor> state,
+                                                        const SaveOptions& options,
+                                                        bool snapshot) {
   comm::Communicator& world = parallel.world();
   const int tp_rank = parallel.tensor_parallel_rank(), tp_size = parallel.tensor_parallel_size();
-  const int dp_rank = parallel.data_parallel_rank();
-  auto fail = [&](absl::string_view what, const absl::Status& s) {
-    return absl::Status(s.code(), absl::StrCat("saving checkpoint under ", root, ": ", what,
-                                               s.message()));
-  };
   // 1. Same state everywhere, valid layouts.
-  absl::Status local = CheckLayouts(state, tp_rank, tp_size);
-  TPX_RETURN_IF_ERROR(AgreeOnStatus(world, local.ok() ? local : fail("", local)));
+  TPX_RETURN_IF_ERROR(
+      AgreeOnStatus(world, Annotate(root, "", CheckLayouts(state, tp_rank, tp_size))));
   std::vector<int64_t> signatures(static_cast<size_t>(world.size()));
   const int64_t mine = Signature(state);
   TPX_RETURN_IF_ERROR(world.AllGather(&mine, signatures.data(), 1, DType::kI64).Wait());
@@ -170,61 +190,133 @@ absl::StatusOr<std::string> SaveShardedState(const parallel::ParallelState& para
           " passes other tensor names, shapes or layouts than rank 0"));
     }
   }
-  // 2. Rank 0 picks the tag and creates the temp dir.
-  std::string tag = options.tag.empty() ? absl::StrFormat("step-%08d", options.step) : options.tag;
-  if (tag.find('/') != std::string::npos || tag[0] == '.' || tag.size() > 200) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint tag '", tag, "' is not a plain name"));
+  auto job = std::make_unique<PendingSave::Job>();
+  job->parallel = &parallel;
+  job->root = root;
+  job->options = options;
+  job->metadata = BuildMetadata(state, tp_size, parallel.data_parallel_size(), options);
+  // The data: replica 0 of every TP rank writes its shards, TP rank 0 the
+  // replicated tensors.
+  absl::Status local;
+  if (parallel.data_parallel_rank() == 0) {
+    for (const ShardedTensor& t : state) {
+      if (t.replicated() && t.replica_id != 0) continue;
+      absl::StatusOr<Tensor> h = !t.local.device().is_cpu() ? t.local.To(Device::CPU())
+                                 : snapshot                 ? t.local.Clone()
+                                                            : absl::StatusOr<Tensor>(t.local);
+      if (!h.ok()) {
+        local = Annotate(root, absl::StrCat("copying '", t.name, "' to host memory: "), h.status());
+        break;
+      }
+      job->names.push_back(t.name);
+      job->data.push_back(*std::move(h));
+    }
   }
-  local = absl::OkStatus();
+  TPX_RETURN_IF_ERROR(AgreeOnStatus(world, local));
+  // 2. Rank 0 picks the tag and creates the temp dir.
+  job->tag = options.tag.empty() ? absl::StrFormat("step-%08d", options.step) : options.tag;
+  if (job->tag.find('/') != std::string::npos || job->tag[0] == '.' || job->tag.size() > 200) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint tag '", job->tag, "' is not a plain name"));
+  }
   if (world.rank() == 0) {
-    auto picked = PrepareRoot(root, tag);
-    if (picked.ok()) tag = *picked;
+    auto picked = PrepareRoot(root, job->tag);
+    if (picked.ok()) job->tag = *picked;
     local = picked.status();
   }
   TPX_RETURN_IF_ERROR(AgreeOnStatus(world, local));
-  TPX_RETURN_IF_ERROR(BroadcastString(world, &tag, 0));
+  TPX_RETURN_IF_ERROR(BroadcastString(world, &job->tag, 0));
   if (options.on_point) options.on_point("begin");
-  const std::string tmp = absl::StrCat(root, "/", tag, ".tmp");
+  return job;
+}
 
-  // 3. Replica 0 of every TP rank writes its file.
-  local = absl::OkStatus();
-  if (dp_rank == 0) {
-    std::vector<SafetensorsTensorView> views;
-    std::vector<Tensor> host;  // keeps device copies alive
-    for (const ShardedTensor& t : state) {
-      if (t.replicated() && t.replica_id != 0) continue;
-      auto h = t.local.device().is_cpu() ? absl::StatusOr<Tensor>(t.local)
-                                         : t.local.To(Device::CPU());
-      if (!h.ok()) {
-        local = h.status();
-        break;
-      }
-      host.push_back(*h);
-      views.push_back({t.name, t.dtype, t.local.shape(), host.back().raw_data()});
-    }
-    SafetensorsWriteOptions write;
-    if (options.on_point) {
-      write.on_tensor_written = [&](size_t) { options.on_point("tensor-written"); };
-    }
-    const std::string path = absl::StrCat(tmp, "/", ShardFileName(tp_rank, tp_size));
-    if (local.ok()) {
-      local = WriteSafetensors(path, views, {{"format", "pt"}, {"tpx_tp_rank", absl::StrCat(tp_rank)}},
-                               write);
-    }
-    if (!local.ok()) local = fail(absl::StrCat("writing ", path, ": "), local);
-    if (local.ok() && options.on_point) options.on_point("file-written");
+// Step 3, local: this rank's file (no communication, so it may run on a
+// background thread).
+absl::Status WriteRankFile(const PendingSave::Job& job) {
+  if (job.parallel->data_parallel_rank() != 0) return absl::OkStatus();
+  if (job.options.on_point) job.options.on_point("file-start");
+  const int tp_rank = job.parallel->tensor_parallel_rank();
+  std::vector<SafetensorsTensorView> views;
+  for (size_t i = 0; i < job.names.size(); ++i) {
+    views.push_back({job.names[i], job.data[i].dtype(), job.data[i].shape(), job.data[i].raw_data()});
   }
-  TPX_RETURN_IF_ERROR(AgreeOnStatus(world, local));
+  SafetensorsWriteOptions write;
+  if (job.options.on_point) {
+    write.on_tensor_written = [&](size_t) { job.options.on_point("tensor-written"); };
+  }
+  const std::string path =
+      absl::StrCat(job.root, "/", job.tag, ".tmp/",
+                   ShardFileName(tp_rank, job.parallel->tensor_parallel_size()));
+  TPX_RETURN_IF_ERROR(Annotate(
+      job.root, absl::StrCat("writing ", path, ": "),
+      WriteSafetensors(path, views, {{"format", "pt"}, {"tpx_tp_rank", absl::StrCat(tp_rank)}},
+                       write)));
+  if (job.options.on_point) job.options.on_point("file-written");
+  return absl::OkStatus();
+}
 
-  // 4. Rank 0 commits: metadata, rename, latest.
-  local = absl::OkStatus();
+// Step 4, collective: every file written? Then rank 0 commits.
+absl::StatusOr<std::string> Finish(const PendingSave::Job& job) {
+  comm::Communicator& world = job.parallel->world();
+  TPX_RETURN_IF_ERROR(AgreeOnStatus(world, job.written));
+  absl::Status local;
   if (world.rank() == 0) {
-    local = Commit(root, tag, BuildMetadata(state, tp_size, parallel.data_parallel_size(), options),
-                   options);
-    if (local.ok() && options.on_point) options.on_point("committed");
+    local = Annotate(job.root, "", Commit(job.root, job.tag, job.metadata, job.options));
+    if (local.ok() && job.options.on_point) job.options.on_point("committed");
   }
   TPX_RETURN_IF_ERROR(AgreeOnStatus(world, local));
-  return absl::StrCat(root, "/", tag);
+  return absl::StrCat(job.root, "/", job.tag);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> SaveShardedState(const parallel::ParallelState& parallel,
+                                             const std::string& root,
+                                             absl::Span<const ShardedTensor> state,
+                                             const SaveOptions& options) {
+  TPX_ASSIGN_OR_RETURN(std::unique_ptr<PendingSave::Job> job,
+                       Begin(parallel, root, state, options, /*snapshot=*/false));
+  job->written = WriteRankFile(*job);
+  return Finish(*job);
+}
+
+absl::StatusOr<PendingSave> StartShardedSave(const parallel::ParallelState& parallel,
+                                             const std::string& root,
+                                             absl::Span<const ShardedTensor> state,
+                                             const SaveOptions& options) {
+  TPX_ASSIGN_OR_RETURN(std::unique_ptr<PendingSave::Job> job,
+                       Begin(parallel, root, state, options, /*snapshot=*/true));
+  PendingSave::Job* j = job.get();
+  j->writer = std::thread([j] { j->written = WriteRankFile(*j); });
+  return PendingSave(std::move(job));
+}
+
+PendingSave::PendingSave(std::unique_ptr<Job> job) : job_(std::move(job)) {}
+PendingSave::PendingSave(PendingSave&&) noexcept = default;
+
+PendingSave& PendingSave::operator=(PendingSave&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    job_ = std::move(other.job_);
+  }
+  return *this;
+}
+
+PendingSave::~PendingSave() { Abandon(); }
+
+void PendingSave::Abandon() {
+  if (job_ != nullptr && job_->writer.joinable()) job_->writer.join();
+  job_.reset();
+}
+
+absl::StatusOr<std::string> PendingSave::Wait() {
+  if (job_ == nullptr) {
+    return absl::FailedPreconditionError("PendingSave::Wait: no save in progress (waited already?)");
+  }
+  job_->writer.join();
+  absl::StatusOr<std::string> result = Finish(*job_);
+  job_.reset();
+  return result;
 }
 
 }  // namespace tpx::sharded_state

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,8 +43,9 @@ struct SaveOptions {
   // Stored in the metadata (the same on every rank: rank 0's are written).
   std::map<std::string, std::string> user_metadata;
   // Fault injection for tests: called on this rank at each stage ("begin",
-  // "tensor-written", "file-written", "metadata-written", "renamed",
-  // "committed"); a test may kill the process there.
+  // "file-start", "tensor-written", "file-written", "metadata-written",
+  // "renamed", "committed"); a test may kill the process there. The file
+  // stages run on the writer thread of an asynchronous save.
   std::function<void(absl::string_view point)> on_point;
 };
 
@@ -51,6 +53,41 @@ struct SaveOptions {
 // rank, naming the rank, file and tensor): inconsistent state across ranks,
 // I/O errors, communication failures.
 absl::StatusOr<std::string> SaveShardedState(const parallel::ParallelState& parallel,
+                                             const std::string& root,
+                                             absl::Span<const ShardedTensor> state,
+                                             const SaveOptions& options = {});
+
+// A save whose files are being written on a background thread.
+class PendingSave {
+ public:
+  struct Job;
+  explicit PendingSave(std::unique_ptr<Job> job);
+  PendingSave(PendingSave&&) noexcept;
+  PendingSave& operator=(PendingSave&&) noexcept;
+  // Without Wait the save is abandoned: the writer is joined, nothing is
+  // committed (the next save removes the temp dir).
+  ~PendingSave();
+
+  // Collective, like SaveShardedState: waits for this rank's file, then
+  // agrees with every rank and commits. Returns what SaveShardedState would.
+  // Error (FailedPrecondition) when called twice.
+  absl::StatusOr<std::string> Wait();
+
+ private:
+  void Abandon();
+  std::unique_ptr<Job> job_;
+};
+
+// Asynchronous save: the checks, the tag and a copy of this rank's tensors
+// in host memory are made now (collective); the file is written on a
+// background thread, so training may go on and change the model. Call Wait()
+// (on every rank) before the next save; the communicator is used only on the
+// calling thread. Costs host memory for one copy of the rank's shards.
+//
+//   TPX_ASSIGN_OR_RETURN(PendingSave pending, StartShardedSave(*parallel, "/ckpt", state, {.step = 100}));
+//   ... train ...
+//   TPX_ASSIGN_OR_RETURN(std::string dir, pending.Wait());
+absl::StatusOr<PendingSave> StartShardedSave(const parallel::ParallelState& parallel,
                                              const std::string& root,
                                              absl::Span<const ShardedTensor> state,
                                              const SaveOptions& options = {});
