@@ -1,6 +1,7 @@
 // Resuming the GPT example from a checkpoint: 8 steps straight equal, bit for
 // bit, 4 steps + save + new processes + 4 resumed steps at the same TP size
-// (dropout on, so the RNG tracker states matter); resuming the same
+// (dropout on, so the RNG tracker states matter; the first half saves
+// asynchronously after every step, the resumed half synchronously); resuming the same
 // checkpoint at TP=1 and TP=4 stays within the example's TP-invariance
 // tolerance. Every run is its own set of real processes over UCX.
 #include <cstdio>
@@ -79,6 +80,8 @@ TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
   TrainOptions first_half = Options(2);
   first_half.save_dir = Tmp("ckpt");
   first_half.stop_after = kSteps / 2;
+  first_half.save_every = 1;      // steps 1..4, each written while the next step trains
+  first_half.async_save = true;
   const RunResult first = TrainInProcesses(2, first_half, Tmp("first"));
   ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
   // Copies for the resumes at other TP sizes (each resume saves into its dir).
@@ -95,7 +98,10 @@ TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
     const double resumed = s < kSteps / 2 ? first.losses[s] : second.losses[s - kSteps / 2];
     EXPECT_EQ(resumed, straight.losses[s]) << "step " << s + 1 << " is not bit-identical";
   }
-  // A checkpoint of the final step was written too.
+  // Every step of the first half was saved; the resumed half saved its final step.
+  for (int step = 1; step <= kSteps / 2; ++step) {
+    EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-0000000" + std::to_string(step) + "/tpx_checkpoint.json"));
+  }
   EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-00000008/tpx_checkpoint.json"));
 
   for (int tp : {1, 4}) {

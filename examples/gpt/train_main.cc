@@ -52,6 +52,8 @@ ABSL_FLAG(std::string, save_dir, "",
           "Save sharded checkpoints (safetensors) under this directory: every --save_every "
           "steps and after the last step.");
 ABSL_FLAG(int64_t, save_every, 0, "Steps between checkpoints (0: only after the last step).");
+ABSL_FLAG(bool, async_save, false,
+          "Write checkpoints on a background thread while training goes on.");
 ABSL_FLAG(bool, resume, false,
           "Continue from the latest checkpoint in --save_dir (at any --tp), if there is one.");
 ABSL_FLAG(std::string, load, "",
@@ -158,6 +160,7 @@ absl::Status RankMain() {
   o.prompt = absl::GetFlag(FLAGS_prompt);
   o.save_dir = UserPath(absl::GetFlag(FLAGS_save_dir));
   o.save_every = absl::GetFlag(FLAGS_save_every);
+  o.async_save = absl::GetFlag(FLAGS_async_save);
   o.resume = absl::GetFlag(FLAGS_resume);
   o.load = UserPath(absl::GetFlag(FLAGS_load));
   if (o.save_every < 0 || (o.resume && o.save_dir.empty())) {

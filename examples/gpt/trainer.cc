@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,7 +172,17 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
     TPX_RETURN_IF_ERROR(sharded_state::LoadShardedState(world, o.load, tensors).status());
   }
   result.first_step = start;
+  std::optional<sharded_state::PendingSave> pending;
+  auto finish_pending = [&]() -> absl::Status {
+    if (!pending.has_value()) return absl::OkStatus();
+    absl::StatusOr<std::string> dir = pending->Wait();
+    pending.reset();
+    TPX_RETURN_IF_ERROR(dir.status());
+    result.checkpoint = *dir;
+    return absl::OkStatus();
+  };
   auto save = [&](int64_t done) -> absl::Status {
+    TPX_RETURN_IF_ERROR(finish_pending());
     TPX_ASSIGN_OR_RETURN(Tensor counts,
                          Tensor::FromVector<int64_t>(adam.param_steps(), param_steps.shape()));
     TPX_RETURN_IF_ERROR(param_steps.CopyFrom(counts));
@@ -181,6 +192,13 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
     save_options.user_metadata = {{kRngKey, EncodeRngStates(rng::GetAllRngStates())},
                                   {"data_position", absl::StrCat(done)},
                                   {"lr_schedule_step", absl::StrCat(done)}};
+    if (o.async_save) {
+      TPX_ASSIGN_OR_RETURN(sharded_state::PendingSave p, sharded_state::StartShardedSave(
+                                                             *state, o.save_dir, tensors,
+                                                             save_options));
+      pending.emplace(std::move(p));
+      return absl::OkStatus();
+    }
     TPX_ASSIGN_OR_RETURN(result.checkpoint,
                          sharded_state::SaveShardedState(*state, o.save_dir, tensors, save_options));
     return absl::OkStatus();
@@ -231,6 +249,7 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
     result.log.push_back(r);
     if (on_log) on_log(r);
   }
+  TPX_RETURN_IF_ERROR(finish_pending());
   const double total_s = absl::ToDoubleSeconds(absl::Now() - t0) - eval_s;
   result.tokens_per_s =
       tokens_per_step * static_cast<double>(end - start) / std::max(total_s, 1e-9);

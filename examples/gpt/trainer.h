@@ -49,6 +49,9 @@ struct TrainOptions {
   // between) and after the run's last step; empty = no saving.
   std::string save_dir;
   int64_t save_every = 0;
+  // Write checkpoints on a background thread while training goes on (each
+  // is committed before the next save starts and before Train returns).
+  bool async_save = false;
   // Continue from the latest checkpoint in save_dir, if there is one.
   bool resume = false;
   // Start from the weights of this checkpoint (root or one directory, any
