@@ -83,8 +83,9 @@ absl::StatusOr<Variable> VocabParallelEmbedding::Forward(const Tensor& ids) cons
 
 absl::StatusOr<std::vector<sharded_state::ShardedTensor>> VocabParallelEmbedding::ShardedState(
     const std::string& prefix) const {
-  TPX_ASSIGN_OR_RETURN(auto w, sharded_state::ShardedTensor::Split(
-                                   prefix + "weight", weight_.value(), 0, tp_->rank(), tp_->size()));
+  TPX_ASSIGN_OR_RETURN(auto w,
+                       sharded_state::ShardedTensor::Split(prefix + "weight", weight_.value(), 0,
+                                                           tp_->rank(), tp_->size()));
   return std::vector<sharded_state::ShardedTensor>{std::move(w)};
 }
 

@@ -121,8 +121,8 @@ absl::Status AdamW::RestoreStepCounts(int64_t steps, std::vector<int64_t> param_
   }
   for (int64_t s : param_steps) {
     if (s < 0 || s > steps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("AdamW::RestoreStepCounts: a parameter count ", s, " outside [0, ", steps, "]"));
+      return absl::InvalidArgumentError(absl::StrCat("AdamW::RestoreStepCounts: a parameter count ",
+                                                     s, " outside [0, ", steps, "]"));
     }
   }
   steps_ = steps;

@@ -43,7 +43,8 @@ class FileCache {
     absl::MutexLock lock(&mu_);
     auto it = files_.find(file);
     if (it == files_.end()) {
-      TPX_ASSIGN_OR_RETURN(SafetensorsReader r, SafetensorsReader::Open(absl::StrCat(dir_, "/", file)));
+      TPX_ASSIGN_OR_RETURN(SafetensorsReader r,
+                           SafetensorsReader::Open(absl::StrCat(dir_, "/", file)));
       it = files_.emplace(file, std::make_unique<SafetensorsReader>(std::move(r))).first;
     }
     return it->second.get();
@@ -106,7 +107,8 @@ absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
         const int64_t dst_index = w.local_offset + (a - w.global_offset);
         const int64_t run = (b - a) * inner;
         if (b - a == have_extent && b - a == want_extent) {  // one contiguous block
-          TPX_RETURN_IF_ERROR(reader->ReadBytes(*entry, 0, static_cast<uint64_t>(run * outer), out));
+          TPX_RETURN_IF_ERROR(
+              reader->ReadBytes(*entry, 0, static_cast<uint64_t>(run * outer), out));
           continue;
         }
         for (int64_t o = 0; o < outer; ++o) {

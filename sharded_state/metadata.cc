@@ -88,7 +88,8 @@ absl::StatusOr<CheckpointMetadata> MetadataFromJson(absl::string_view text,
   if (j.contains("user")) {
     if (!j["user"].is_object()) return bad("user is not an object");
     for (auto it = j["user"].begin(); it != j["user"].end(); ++it) {
-      if (!it.value().is_string()) return bad(absl::StrCat("user entry '", it.key(), "' is not a string"));
+      if (!it.value().is_string())
+        return bad(absl::StrCat("user entry '", it.key(), "' is not a string"));
       m.user[it.key()] = it.value().get<std::string>();
     }
   }

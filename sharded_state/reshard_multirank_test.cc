@@ -109,7 +109,8 @@ TEST(Reshard, StridedQkvRoundTrip) {
   testing::RunOnRanks(2, [](testing::RankContext& ctx) {
     const int64_t h = 8;  // 4 heads of 2 at TP 1, 2, 4
     Tensor full = RandomTensor({3 * h, 4}, DType::kF32, 3);
-    auto qkv = layers::ColumnParallelLinear::Create(ctx.comm, 4, 3 * h, {.bias = false, .stride = 3});
+    auto qkv =
+        layers::ColumnParallelLinear::Create(ctx.comm, 4, 3 * h, {.bias = false, .stride = 3});
     ASSERT_TRUE(qkv.ok());
     ASSERT_TRUE(qkv->SetFullWeights(full).ok());
     // Rank r's rows: q rows [r*h/2, +h/2), then k, then v.

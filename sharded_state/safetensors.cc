@@ -80,8 +80,8 @@ absl::Status PreadAll(int fd, void* dst, size_t n, uint64_t offset, const std::s
       return absl::InternalError(absl::StrCat("cannot read ", path, ": ", Errno()));
     }
     if (r == 0) {
-      return absl::DataLossError(
-          absl::StrCat("file ", path, " ends at byte ", offset, ", before the data it should hold"));
+      return absl::DataLossError(absl::StrCat("file ", path, " ends at byte ", offset,
+                                              ", before the data it should hold"));
     }
     p += r;
     n -= static_cast<size_t>(r);
@@ -110,7 +110,8 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& pat
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8) {
-    return Corrupt(path, absl::StrCat("only ", file_size, " bytes, too short for the header length"));
+    return Corrupt(path,
+                   absl::StrCat("only ", file_size, " bytes, too short for the header length"));
   }
   unsigned char len_bytes[8];
   TPX_RETURN_IF_ERROR(PreadAll(fd, len_bytes, 8, 0, path));
@@ -137,7 +138,8 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(const std::string& pat
       if (!v.is_object()) return Corrupt(path, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string()) {
-          return Corrupt(path, absl::StrCat("__metadata__ value of '", m.key(), "' is not a string"));
+          return Corrupt(path,
+                         absl::StrCat("__metadata__ value of '", m.key(), "' is not a string"));
         }
         reader.metadata_[m.key()] = m.value().get<std::string>();
       }
@@ -227,8 +229,8 @@ absl::Status WriteSafetensors(const std::string& path,
   std::vector<uint64_t> sizes;
   for (const SafetensorsTensorView& t : tensors) {
     if (t.name.empty() || t.name == kMetadataKey || header.contains(t.name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "WriteSafetensors ", path, ": tensor name '", t.name, "' is empty, reserved or repeated"));
+      return absl::InvalidArgumentError(absl::StrCat("WriteSafetensors ", path, ": tensor name '",
+                                                     t.name, "' is empty, reserved or repeated"));
     }
     const uint64_t n = static_cast<uint64_t>(NumElements(t.shape)) * SizeOf(t.dtype);
     if (t.data == nullptr && n > 0) {

@@ -31,11 +31,13 @@ std::string ShardFileName(int tp_rank, int tp_size) {
 
 absl::Status FsyncPath(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   const bool ok = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  if (!ok) return absl::InternalError(absl::StrCat("cannot fsync ", path, ": ", std::strerror(err)));
+  if (!ok)
+    return absl::InternalError(absl::StrCat("cannot fsync ", path, ": ", std::strerror(err)));
   return absl::OkStatus();
 }
 
@@ -43,7 +45,8 @@ absl::Status FsyncPath(const std::string& path) {
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
   absl::Status s = WriteAll(fd, text.data(), text.size(), tmp);
   if (s.ok() && ::fsync(fd) != 0) s = absl::InternalError(absl::StrCat("cannot fsync ", tmp));
   ::close(fd);
@@ -59,7 +62,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
 int64_t Signature(absl::Span<const ShardedTensor> state) {
   std::string s;
   for (const ShardedTensor& t : state) {
-    absl::StrAppend(&s, t.name, ":", ShapeString(t.global_shape), ":", std::string(DTypeName(t.dtype)));
+    absl::StrAppend(&s, t.name, ":", ShapeString(t.global_shape), ":",
+                    std::string(DTypeName(t.dtype)));
     absl::StrAppend(&s, ":", t.split_dim, ":", t.stride, ";");
   }
   return static_cast<int64_t>(std::hash<std::string>()(s));
@@ -124,7 +128,9 @@ absl::StatusOr<std::string> PrepareRoot(const std::string& root, const std::stri
   std::string tag = base_tag;
   for (int i = 1; fs::exists(fs::path(root) / tag); ++i) tag = absl::StrCat(base_tag, ".", i);
   fs::create_directory(fs::path(root) / (tag + ".tmp"), ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create ", root, "/", tag, ".tmp: ", ec.message()));
+  if (ec)
+    return absl::InternalError(
+        absl::StrCat("cannot create ", root, "/", tag, ".tmp: ", ec.message()));
   return tag;
 }
 
@@ -238,7 +244,8 @@ absl::Status WriteRankFile(const PendingSave::Job& job) {
   const int tp_rank = job.parallel->tensor_parallel_rank();
   std::vector<SafetensorsTensorView> views;
   for (size_t i = 0; i < job.names.size(); ++i) {
-    views.push_back({job.names[i], job.data[i].dtype(), job.data[i].shape(), job.data[i].raw_data()});
+    views.push_back(
+        {job.names[i], job.data[i].dtype(), job.data[i].shape(), job.data[i].raw_data()});
   }
   SafetensorsWriteOptions write;
   if (job.options.on_point) {
@@ -311,7 +318,8 @@ void PendingSave::Abandon() {
 
 absl::StatusOr<std::string> PendingSave::Wait() {
   if (job_ == nullptr) {
-    return absl::FailedPreconditionError("PendingSave::Wait: no save in progress (waited already?)");
+    return absl::FailedPreconditionError(
+        "PendingSave::Wait: no save in progress (waited already?)");
   }
   job_->writer.join();
   absl::StatusOr<std::string> result = Finish(*job_);

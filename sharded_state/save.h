@@ -84,7 +84,8 @@ class PendingSave {
 // (on every rank) before the next save; the communicator is used only on the
 // calling thread. Costs host memory for one copy of the rank's shards.
 //
-//   TPX_ASSIGN_OR_RETURN(PendingSave pending, StartShardedSave(*parallel, "/ckpt", state, {.step = 100}));
+//   TPX_ASSIGN_OR_RETURN(PendingSave pending,
+//                        StartShardedSave(*parallel, "/ckpt", state, {.step = 100}));
 //   ... train ...
 //   TPX_ASSIGN_OR_RETURN(std::string dir, pending.Wait());
 absl::StatusOr<PendingSave> StartShardedSave(const parallel::ParallelState& parallel,

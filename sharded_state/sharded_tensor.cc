@@ -87,8 +87,8 @@ absl::StatusOr<ShardedTensor> ShardedTensor::WithTensor(std::string new_name,
   if (!other.defined() || !other.is_contiguous() || other.shape() != LocalShape() ||
       other.dtype() != dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ShardedTensor '", new_name, "': needs a contiguous ", std::string(DTypeName(dtype)), " tensor of ",
-        ShapeString(LocalShape()), " like '", name, "', got ",
+        "ShardedTensor '", new_name, "': needs a contiguous ", std::string(DTypeName(dtype)),
+        " tensor of ", ShapeString(LocalShape()), " like '", name, "', got ",
         other.defined() ? other.ToString() : "an undefined tensor"));
   }
   ShardedTensor t = *this;
@@ -100,8 +100,8 @@ absl::StatusOr<ShardedTensor> ShardedTensor::WithTensor(std::string new_name,
 absl::StatusOr<Tensor> ExtractShard(const ShardedTensor& spec, const Tensor& full) {
   if (!full.defined() || full.shape() != spec.global_shape || full.dtype() != spec.dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", spec.name, "': expected a full ", std::string(DTypeName(spec.dtype)), " tensor of ",
-        ShapeString(spec.global_shape), ", got ",
+        "tensor '", spec.name, "': expected a full ", std::string(DTypeName(spec.dtype)),
+        " tensor of ", ShapeString(spec.global_shape), ", got ",
         full.defined() ? full.ToString() : "an undefined tensor"));
   }
   if (spec.replicated()) return full.Contiguous();

@@ -2,7 +2,8 @@
 // every tpx parallel layer, for checkpoint tests at several TP sizes.
 //
 //   ids [6] -> VocabParallelEmbedding(24, 12) -> ColumnParallel QKV(12 -> 36, stride 3)
-//           -> RowParallel(36 -> 12, stride 3 to match) -> ColumnParallel(12 -> 24) -> RowParallel(24 -> 12)
+//           -> RowParallel(36 -> 12, stride 3 to match)
+//           -> ColumnParallel(12 -> 24) -> RowParallel(24 -> 12)
 //
 // Weights come from the full master weights of `seed` (TP-invariant); biases
 // are given from full random tensors of `seed`, so every parameter depends on
@@ -52,10 +53,10 @@ class TinyNet {
     TPX_RETURN_IF_ERROR(proj.SetFullWeights(
         RandomTensor({kHidden, 3 * kHidden}, DType::kF32, static_cast<uint32_t>(seed + 5)),
         RandomTensor({kHidden}, DType::kF32, static_cast<uint32_t>(seed + 6))));
-    TPX_RETURN_IF_ERROR(fc1.SetFullWeights(Tensor(), RandomTensor({kFfn}, DType::kF32,
-                                                                  static_cast<uint32_t>(seed + 7))));
-    TPX_RETURN_IF_ERROR(fc2.SetFullWeights(Tensor(), RandomTensor({kHidden}, DType::kF32,
-                                                                  static_cast<uint32_t>(seed + 8))));
+    TPX_RETURN_IF_ERROR(fc1.SetFullWeights(
+        Tensor(), RandomTensor({kFfn}, DType::kF32, static_cast<uint32_t>(seed + 7))));
+    TPX_RETURN_IF_ERROR(fc2.SetFullWeights(
+        Tensor(), RandomTensor({kHidden}, DType::kF32, static_cast<uint32_t>(seed + 8))));
     net->emb_ = std::make_unique<layers::VocabParallelEmbedding>(std::move(emb));
     net->qkv_ = std::make_unique<layers::ColumnParallelLinear>(std::move(qkv));
     net->proj_ = std::make_unique<layers::RowParallelLinear>(std::move(proj));

@@ -18,7 +18,9 @@
 namespace tpx::sharded_state {
 namespace {
 
-std::string Tmp(const std::string& name) { return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name); }
+std::string Tmp(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
 std::string Runfile(const std::string& path) {
   return absl::StrCat(std::getenv("TEST_SRCDIR"), "/tpx/", path);
 }

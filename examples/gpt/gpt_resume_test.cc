@@ -40,7 +40,9 @@ TrainOptions Options(int tp) {
   return o;
 }
 
-std::string Tmp(const std::string& name) { return std::string(std::getenv("TEST_TMPDIR")) + "/" + name; }
+std::string Tmp(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
 
 // Runs Train on `world` new processes; rank 0 writes the losses (exact, as
 // hex floats) and the first step to `out`, which the parent reads back.
@@ -100,7 +102,8 @@ TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
   }
   // Every step of the first half was saved; the resumed half saved its final step.
   for (int step = 1; step <= kSteps / 2; ++step) {
-    EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-0000000" + std::to_string(step) + "/tpx_checkpoint.json"));
+    EXPECT_TRUE(
+        fs::exists(Tmp("ckpt") + "/step-0000000" + std::to_string(step) + "/tpx_checkpoint.json"));
   }
   EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-00000008/tpx_checkpoint.json"));
 

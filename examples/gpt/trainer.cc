@@ -107,8 +107,8 @@ absl::StatusOr<std::vector<sharded_state::ShardedTensor>> TrainingState(
     state.push_back(std::move(m));
     state.push_back(std::move(v));
   }
-  TPX_ASSIGN_OR_RETURN(auto steps,
-                       sharded_state::ShardedTensor::Replicated(kParamStepsName, param_steps, tp_rank));
+  TPX_ASSIGN_OR_RETURN(
+      auto steps, sharded_state::ShardedTensor::Replicated(kParamStepsName, param_steps, tp_rank));
   state.push_back(std::move(steps));
   return state;
 }
@@ -199,8 +199,8 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
       pending.emplace(std::move(p));
       return absl::OkStatus();
     }
-    TPX_ASSIGN_OR_RETURN(result.checkpoint,
-                         sharded_state::SaveShardedState(*state, o.save_dir, tensors, save_options));
+    TPX_ASSIGN_OR_RETURN(result.checkpoint, sharded_state::SaveShardedState(*state, o.save_dir,
+                                                                            tensors, save_options));
     return absl::OkStatus();
   };
   const double tokens_per_step =
