@@ -4,7 +4,10 @@
 // directory: one file of the same size written (with fsync) and read back
 // (best of three, measured before each TP size).
 // One JSON line per (op, tp):
-//   {"bench":"checkpoint","op":"save","tp":2,"bytes":...,"seconds":...,"gbps":...,"raw_gbps":...}
+//   {"bench":"checkpoint","op":"save","tp":2,"staged":false,"bytes":...,"seconds":...,"gbps":...,
+//    "raw_gbps":...}
+// Loads run twice: straight into the model, and staged in host memory
+// (LoadOptions::stage_in_host_memory, "staged":true).
 // seconds: slowest rank, from a barrier to the end of the collective call
 // (save: files fsynced and committed; load: every byte in the model). The
 // files are read right after being written, so loads and the raw read come
@@ -115,7 +118,8 @@ void RunTp(testing::RankContext& ctx, const std::string& root, uint64_t bytes, c
   const int64_t n = absl::GetFlag(FLAGS_layers), h = absl::GetFlag(FLAGS_hidden);
   auto ps = parallel::ParallelState::Create(ctx.comm, ctx.size);
   if (!ps.ok()) std::exit(1);
-  auto timed = [&](const char* op, double raw_gbps, const std::function<absl::Status()>& f) {
+  auto timed = [&](const char* op, bool staged, double raw_gbps,
+                   const std::function<absl::Status()>& f) {
     if (!ctx.comm.Barrier().Wait().ok()) std::exit(1);
     const auto t0 = Clock::now();
     const absl::Status s = f();
@@ -128,26 +132,31 @@ void RunTp(testing::RankContext& ctx, const std::string& root, uint64_t bytes, c
       std::exit(1);
     }
     if (ctx.rank == 0) {
-      std::printf("{\"bench\":\"checkpoint\",\"op\":\"%s\",\"tp\":%d,\"bytes\":%llu,"
-                  "\"seconds\":%.4f,\"gbps\":%.3f,\"raw_gbps\":%.3f}\n",
-                  op, ctx.size, static_cast<unsigned long long>(bytes), seconds,
+      std::printf("{\"bench\":\"checkpoint\",\"op\":\"%s\",\"tp\":%d,\"staged\":%s,"
+                  "\"bytes\":%llu,\"seconds\":%.4f,\"gbps\":%.3f,\"raw_gbps\":%.3f}\n",
+                  op, ctx.size, staged ? "true" : "false", static_cast<unsigned long long>(bytes),
+                  seconds,
                   static_cast<double>(bytes) / seconds / 1e9, raw_gbps);
       std::fflush(stdout);
     }
   };
   {
     Model saved = Build(ctx.comm, n, h, 0.5);
-    timed("save", raw.write_gbps, [&] {
+    timed("save", false, raw.write_gbps, [&] {
       return sharded_state::SaveShardedState(**ps, root, saved.state).status();
     });
   }
-  Model loaded = Build(ctx.comm, n, h, 0.0);
-  timed("load", raw.read_gbps, [&] {
-    return sharded_state::LoadShardedState(ctx.comm, root, loaded.state).status();
-  });
-  if (loaded.state[0].local.ToVector<float>()[0] != 0.5f) {
-    std::fprintf(stderr, "checkpoint bench: loaded values are wrong\n");
-    std::exit(1);
+  for (bool staged : {false, true}) {
+    Model loaded = Build(ctx.comm, n, h, 0.0);
+    timed("load", staged, raw.read_gbps, [&] {
+      return sharded_state::LoadShardedState(ctx.comm, root, loaded.state,
+                                             {.stage_in_host_memory = staged})
+          .status();
+    });
+    if (loaded.state[0].local.ToVector<float>()[0] != 0.5f) {
+      std::fprintf(stderr, "checkpoint bench: loaded values are wrong\n");
+      std::exit(1);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <map>
 #include <memory>
@@ -30,11 +31,6 @@ int64_t Extent(const std::vector<ShardPiece>& pieces) {
   return n;
 }
 
-struct Staged {
-  CheckpointMetadata metadata;
-  std::vector<Tensor> tensors;  // one per target, its local shape
-};
-
 // Opens each shard file once (header checked); shared by the reading threads.
 class FileCache {
  public:
@@ -56,14 +52,22 @@ class FileCache {
   std::map<std::string, std::unique_ptr<SafetensorsReader>> files_ ABSL_GUARDED_BY(mu_);
 };
 
-// Reads into `dst` (the target's local shape) every stored byte range that
-// overlaps the target's pieces.
-absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
-                        FileCache& files, const Tensor& dst) {
+// One pread: `n` bytes at `src` of an entry's data into byte `dst` of the
+// target's local tensor.
+struct ReadOp {
+  const SafetensorsReader* reader;
+  const SafetensorsEntry* entry;
+  uint64_t src, n, dst;
+};
+
+// Every byte range of the stored shards that overlaps the target's pieces;
+// checks the entries (dtype, shape) and that the ranges cover the target.
+absl::StatusOr<std::vector<ReadOp>> PlanTarget(const ShardedTensor& target,
+                                               const TensorLayout& layout, FileCache& files) {
   const Shape& shape = layout.global_shape;
   const int64_t ndim = static_cast<int64_t>(shape.size());
   // The dim the pieces run along: the stored split, else the target's, else 0.
-  const int64_t dim = layout.split_dim >= 0 ? layout.split_dim
+  const int64_t dim = layout.split_dim >= 0    ? layout.split_dim
                       : !target.replicated() ? target.split_dim
                                              : 0;
   if (!target.replicated() && layout.split_dim >= 0 && target.split_dim != layout.split_dim) {
@@ -71,20 +75,19 @@ absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
         absl::StrCat("is split along dim ", layout.split_dim, " in the checkpoint but along dim ",
                      target.split_dim, " in the model"));
   }
-  const std::vector<ShardPiece> want =
-      target.replicated() ? Whole(shape, dim) : target.pieces;
-  const int64_t want_extent = ndim == 0 ? 1 : dst.shape()[static_cast<size_t>(dim)];
+  const std::vector<ShardPiece> want = target.replicated() ? Whole(shape, dim) : target.pieces;
+  const int64_t want_extent = ndim == 0 ? 1 : target.LocalShape()[static_cast<size_t>(dim)];
   int64_t outer = 1, inner = static_cast<int64_t>(SizeOf(layout.dtype));
   for (int64_t d = 0; d < ndim; ++d) {
     if (d < dim) outer *= shape[static_cast<size_t>(d)];
     if (d > dim) inner *= shape[static_cast<size_t>(d)];
   }
-  char* out = static_cast<char*>(dst.raw_data());
+  std::vector<ReadOp> ops;
   int64_t covered = 0;
   for (const StoredShard& shard : layout.shards) {
-    const std::vector<ShardPiece> have =
-        shard.pieces.empty() ? Whole(shape, dim) : shard.pieces;
+    const std::vector<ShardPiece> have = shard.pieces.empty() ? Whole(shape, dim) : shard.pieces;
     const int64_t have_extent = Extent(have);
+    const SafetensorsReader* reader = nullptr;
     const SafetensorsEntry* entry = nullptr;
     for (const ShardPiece& w : want) {
       for (const ShardPiece& h : have) {
@@ -92,7 +95,7 @@ absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
         const int64_t b = std::min(w.global_offset + w.length, h.global_offset + h.length);
         if (a >= b) continue;
         if (entry == nullptr) {
-          TPX_ASSIGN_OR_RETURN(const SafetensorsReader* reader, files.Get(shard.file));
+          TPX_ASSIGN_OR_RETURN(reader, files.Get(shard.file));
           TPX_ASSIGN_OR_RETURN(entry, reader->Find(target.name));
           if (entry->dtype != layout.dtype || entry->shape != layout.StoredShape(shard)) {
             return absl::DataLossError(absl::StrCat(
@@ -101,20 +104,18 @@ absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
                 SafetensorsDTypeName(layout.dtype), ShapeString(layout.StoredShape(shard))));
           }
         }
-        TPX_ASSIGN_OR_RETURN(const SafetensorsReader* reader, files.Get(shard.file));
         covered += (b - a) * outer;
         const int64_t src_index = h.local_offset + (a - h.global_offset);
         const int64_t dst_index = w.local_offset + (a - w.global_offset);
         const int64_t run = (b - a) * inner;
         if (b - a == have_extent && b - a == want_extent) {  // one contiguous block
-          TPX_RETURN_IF_ERROR(
-              reader->ReadBytes(*entry, 0, static_cast<uint64_t>(run * outer), out));
+          ops.push_back({reader, entry, 0, static_cast<uint64_t>(run * outer), 0});
           continue;
         }
         for (int64_t o = 0; o < outer; ++o) {
-          TPX_RETURN_IF_ERROR(reader->ReadBytes(
-              *entry, static_cast<uint64_t>((o * have_extent + src_index) * inner),
-              static_cast<uint64_t>(run), out + (o * want_extent + dst_index) * inner));
+          ops.push_back({reader, entry, static_cast<uint64_t>((o * have_extent + src_index) * inner),
+                         static_cast<uint64_t>(run),
+                         static_cast<uint64_t>((o * want_extent + dst_index) * inner)});
         }
       }
     }
@@ -122,82 +123,137 @@ absl::Status ReadTarget(const ShardedTensor& target, const TensorLayout& layout,
   if (covered != want_extent * outer) {
     return absl::DataLossError("the checkpoint's shards do not cover this rank's part of it");
   }
-  return absl::OkStatus();
+  return ops;
 }
 
-absl::StatusOr<Staged> Stage(const std::string& path, absl::Span<const ShardedTensor> targets) {
+// What a rank will read, with every check that needs no data done.
+struct Plan {
+  std::string dir;
+  CheckpointMetadata metadata;
+  std::unique_ptr<FileCache> files;
+  std::vector<std::vector<ReadOp>> reads;  // per target
+};
+
+absl::Status InTensor(const std::string& dir, const std::string& name, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(),
+                      absl::StrCat("checkpoint ", dir, ": tensor '", name, "' ", s.message()));
+}
+
+absl::StatusOr<Plan> MakePlan(const std::string& path, absl::Span<const ShardedTensor> targets) {
   TPX_RETURN_IF_ERROR(CheckUniqueNames(targets));
-  TPX_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpointDir(path));
-  Staged staged;
-  TPX_ASSIGN_OR_RETURN(staged.metadata, ReadMetadata(dir));
-  // Shapes and dtypes first, so a mismatch is reported before any read.
+  Plan plan;
+  TPX_ASSIGN_OR_RETURN(plan.dir, ResolveCheckpointDir(path));
+  TPX_ASSIGN_OR_RETURN(plan.metadata, ReadMetadata(plan.dir));
+  // Shapes and dtypes first, so a mismatch is reported before any file is opened.
   for (const ShardedTensor& t : targets) {
-    auto it = staged.metadata.tensors.find(t.name);
-    if (it == staged.metadata.tensors.end()) {
-      return absl::NotFoundError(absl::StrCat("checkpoint ", dir, " has no tensor '", t.name, "'"));
+    auto it = plan.metadata.tensors.find(t.name);
+    if (it == plan.metadata.tensors.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("checkpoint ", plan.dir, " has no tensor '", t.name, "'"));
     }
     if (it->second.global_shape != t.global_shape || it->second.dtype != t.dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint ", dir, ": tensor '", t.name, "' is ",
+          "checkpoint ", plan.dir, ": tensor '", t.name, "' is ",
           SafetensorsDTypeName(it->second.dtype), ShapeString(it->second.global_shape),
           " there but ", SafetensorsDTypeName(t.dtype), ShapeString(t.global_shape),
           " in the model"));
     }
   }
+  plan.files = std::make_unique<FileCache>(plan.dir);
   for (const ShardedTensor& t : targets) {
-    TPX_ASSIGN_OR_RETURN(Tensor dst, Tensor::Empty(t.LocalShape(), t.dtype));
-    staged.tensors.push_back(std::move(dst));
+    auto ops = PlanTarget(t, plan.metadata.tensors.at(t.name), *plan.files);
+    TPX_RETURN_IF_ERROR(InTensor(plan.dir, t.name, ops.status()));
+    plan.reads.push_back(*std::move(ops));
   }
-  // Tensors are read by a few threads (pread is thread-safe): one thread
-  // rarely saturates a fast disk or the page cache's copy bandwidth.
-  FileCache files(dir);
-  std::vector<absl::Status> status(targets.size());
+  return plan;
+}
+
+// fn(0..n-1) on a few threads; the first failure in index order.
+absl::Status ParallelFor(size_t n, const std::function<absl::Status(size_t)>& fn) {
+  std::vector<absl::Status> status(n);
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i = next++; i < targets.size(); i = next++) {
-      status[i] = ReadTarget(targets[i], staged.metadata.tensors.at(targets[i].name), files,
-                             staged.tensors[i]);
-    }
+    for (size_t i = next++; i < n; i = next++) status[i] = fn(i);
   };
-  const size_t threads = std::min<size_t>(
-      {targets.size(), kMaxReadThreads, std::max(1u, std::thread::hardware_concurrency())});
+  // One thread rarely saturates a fast disk or the page cache's copy bandwidth.
+  const size_t threads =
+      std::min<size_t>({n, kMaxReadThreads, std::max(1u, std::thread::hardware_concurrency())});
   std::vector<std::thread> pool;
   for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
   work();
   for (std::thread& t : pool) t.join();
-  for (size_t i = 0; i < targets.size(); ++i) {  // the first failing tensor, in order
-    if (!status[i].ok()) {
-      return absl::Status(status[i].code(), absl::StrCat("checkpoint ", dir, ": tensor '",
-                                                         targets[i].name, "' ",
-                                                         status[i].message()));
-    }
-  }
-  return staged;
+  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
 }
 
-absl::Status Assign(absl::Span<const ShardedTensor> targets, const Staged& staged) {
-  for (size_t i = 0; i < targets.size(); ++i) {
-    TPX_RETURN_IF_ERROR(AssignFromShard(targets[i], staged.tensors[i]));
+// Plans, agrees (when comm is given), reads and assigns.
+absl::StatusOr<CheckpointMetadata> Load(comm::Communicator* comm, const std::string& path,
+                                        absl::Span<const ShardedTensor> targets,
+                                        const LoadOptions& options) {
+  auto agree = [comm](const absl::Status& s) {
+    return comm == nullptr ? s : AgreeOnStatus(*comm, s);
+  };
+  absl::StatusOr<Plan> plan = MakePlan(path, targets);
+  TPX_RETURN_IF_ERROR(agree(plan.status()));
+  // Where each target's bytes go: the model's own memory, unless staged or
+  // not a contiguous host tensor.
+  std::vector<Tensor> host(targets.size());
+  absl::Status local;
+  for (size_t i = 0; i < targets.size() && local.ok(); ++i) {
+    const Tensor& t = targets[i].local;
+    if (options.stage_in_host_memory || !t.device().is_cpu() || !t.is_contiguous()) {
+      absl::StatusOr<Tensor> buffer = Tensor::Empty(targets[i].LocalShape(), targets[i].dtype);
+      local = buffer.status();
+      if (buffer.ok()) host[i] = *std::move(buffer);
+    } else {
+      host[i] = t;
+    }
   }
-  return absl::OkStatus();
+  TPX_RETURN_IF_ERROR(agree(local));
+  local = ParallelFor(targets.size(), [&](size_t i) -> absl::Status {
+    char* base = static_cast<char*>(host[i].raw_data());
+    for (const ReadOp& op : plan->reads[i]) {
+      TPX_RETURN_IF_ERROR(
+          InTensor(plan->dir, targets[i].name, op.reader->ReadBytes(*op.entry, op.src, op.n,
+                                                                     base + op.dst)));
+    }
+    return absl::OkStatus();
+  });
+  // Unstaged tensors that needed a host buffer (on a device) go over now,
+  // from this thread (device copies use its current stream).
+  for (size_t i = 0; i < targets.size() && local.ok() && !options.stage_in_host_memory; ++i) {
+    if (!host[i].SharesStorageWith(targets[i].local)) {
+      local = InTensor(plan->dir, targets[i].name, AssignFromShard(targets[i], host[i]));
+    }
+  }
+  if (!local.ok() && !options.stage_in_host_memory) {
+    local = absl::Status(local.code(), absl::StrCat(local.message(),
+                                                    " (after every check had passed: the model "
+                                                    "may be partly loaded)"));
+  }
+  TPX_RETURN_IF_ERROR(agree(local));
+  if (options.stage_in_host_memory) {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      TPX_RETURN_IF_ERROR(AssignFromShard(targets[i], host[i]));
+    }
+  }
+  return std::move(plan->metadata);
 }
 
 }  // namespace
 
 absl::StatusOr<CheckpointMetadata> LoadShardedStateLocal(const std::string& path,
-                                                         absl::Span<const ShardedTensor> targets) {
-  TPX_ASSIGN_OR_RETURN(Staged staged, Stage(path, targets));
-  TPX_RETURN_IF_ERROR(Assign(targets, staged));
-  return std::move(staged.metadata);
+                                                         absl::Span<const ShardedTensor> targets,
+                                                         const LoadOptions& options) {
+  return Load(nullptr, path, targets, options);
 }
 
 absl::StatusOr<CheckpointMetadata> LoadShardedState(comm::Communicator& comm,
                                                     const std::string& path,
-                                                    absl::Span<const ShardedTensor> targets) {
-  absl::StatusOr<Staged> staged = Stage(path, targets);
-  TPX_RETURN_IF_ERROR(AgreeOnStatus(comm, staged.status()));
-  TPX_RETURN_IF_ERROR(Assign(targets, *staged));
-  return std::move(staged->metadata);
+                                                    absl::Span<const ShardedTensor> targets,
+                                                    const LoadOptions& options) {
+  return Load(&comm, path, targets, options);
 }
 
 }  // namespace tpx::sharded_state

@@ -2,7 +2,8 @@
 // tensor, and leaves the model exactly as it was: a missing directory or
 // shard file, a truncated file, a bad header length, a header that is not
 // JSON, a tensor missing, a shape or dtype that differs, another format
-// version. Two real ranks (TP=2) over UCX.
+// version. Both load modes (straight into the model, staged in host memory).
+// Two real ranks (TP=2) over UCX.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -127,10 +128,12 @@ TEST(LoadErrors, EveryRankReportsAndTheModelIsUnchanged) {
            t.back() = *ShardedTensor::Replicated("fc2.bias", bf16_bias, ctx.rank);
          }},
     };
-    for (size_t i = 0; i < cases.size(); ++i) {
+    for (size_t k = 0; k < 2 * cases.size(); ++k) {
+      const size_t i = k % cases.size();
       const Case& c = cases[i];
-      SCOPED_TRACE(c.name);
-      const std::string dir = root + "/case" + std::to_string(i);
+      const LoadOptions load{.stage_in_host_memory = k >= cases.size()};
+      SCOPED_TRACE(::testing::Message() << c.name << (load.stage_in_host_memory ? ", staged" : ""));
+      const std::string dir = root + "/case" + std::to_string(k);
       if (ctx.rank == 0) {
         fs::copy(*good, dir, fs::copy_options::recursive);
         if (c.damage) c.damage(dir);
@@ -142,7 +145,7 @@ TEST(LoadErrors, EveryRankReportsAndTheModelIsUnchanged) {
       ASSERT_TRUE(targets.ok());
       const std::vector<Tensor> before = Snapshot(*targets);
       if (c.change_targets) c.change_targets(*targets);
-      auto loaded = LoadShardedState(ctx.comm, dir, *targets);
+      auto loaded = LoadShardedState(ctx.comm, dir, *targets, load);
       ASSERT_FALSE(loaded.ok());
       EXPECT_EQ(loaded.status().code(), c.code) << loaded.status();
       for (const std::string& part : c.message_parts) {

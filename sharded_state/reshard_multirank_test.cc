@@ -90,7 +90,9 @@ TEST(Reshard, SaveAtEveryTpLoadAtEveryOther) {
         auto before = (*net)->Forward();
         ASSERT_TRUE(before.ok());
         ASSERT_FALSE(TensorsClose(*before, *ref_out, 1e-3, 1e-3)) << "seeds must differ";
-        auto meta = LoadShardedState((*ps)->world(), Root() + "/" + s.name, *state);
+        // Both load modes: straight into the model, and staged in host memory.
+        const LoadOptions load{.stage_in_host_memory = s.tp % 2 == 1};
+        auto meta = LoadShardedState((*ps)->world(), Root() + "/" + s.name, *state, load);
         ASSERT_TRUE(meta.ok()) << meta.status();
         EXPECT_EQ(meta->tp_size, s.tp);
         EXPECT_EQ(meta->step, s.tp);
