@@ -9,7 +9,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "core/autograd/engine.h"
@@ -22,6 +21,7 @@
 #include "parallel/parallel_state.h"
 #include "rng/tracker.h"
 #include "sharded_state/load.h"
+#include "sharded_state/metadata.h"
 #include "sharded_state/save.h"
 
 namespace tpx::gpt {
@@ -152,14 +152,17 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
   if (o.resume && !o.save_dir.empty()) {
     absl::StatusOr<std::string> dir = sharded_state::ResolveCheckpointDir(o.save_dir);
     if (dir.ok()) {
-      TPX_ASSIGN_OR_RETURN(auto tensors, TrainingState(*model, adam, param_steps, tp.rank(), true));
-      TPX_ASSIGN_OR_RETURN(sharded_state::CheckpointMetadata meta,
-                           sharded_state::LoadShardedState(world, *dir, tensors));
-      auto rng_text = meta.user.find(kRngKey);
-      if (rng_text == meta.user.end()) {
+      // The RNG states first: a checkpoint without them changes nothing.
+      TPX_ASSIGN_OR_RETURN(sharded_state::CheckpointMetadata header,
+                           sharded_state::ReadMetadata(*dir));
+      auto rng_text = header.user.find(kRngKey);
+      if (rng_text == header.user.end()) {
         return absl::DataLossError(absl::StrCat("checkpoint ", *dir, " has no RNG states"));
       }
       TPX_ASSIGN_OR_RETURN(rng::AllRngStates rng_states, DecodeRngStates(rng_text->second));
+      TPX_ASSIGN_OR_RETURN(auto tensors, TrainingState(*model, adam, param_steps, tp.rank(), true));
+      TPX_ASSIGN_OR_RETURN(sharded_state::CheckpointMetadata meta,
+                           sharded_state::LoadShardedState(world, *dir, tensors));
       TPX_RETURN_IF_ERROR(adam.RestoreStepCounts(meta.step, param_steps.ToVector<int64_t>()));
       rng::SetAllRngStates(rng_states);
       start = meta.step;
