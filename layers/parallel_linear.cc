@@ -7,6 +7,7 @@
 #include "core/status_macros.h"
 #include "parallel/mappings.h"
 #include "parallel/utils.h"
+#include "sharded_state/sharded_tensor.h"
 
 namespace tpx::layers {
 
@@ -125,6 +126,44 @@ absl::StatusOr<LinearOutput> RowParallelLinear::Forward(const Variable& x) const
   if (options_.skip_bias_add || !bias_.defined()) return LinearOutput{out, bias_};
   TPX_ASSIGN_OR_RETURN(out, ag::Add(out, bias_));
   return LinearOutput{out, Variable()};
+}
+
+absl::StatusOr<std::vector<sharded_state::ShardedTensor>> ColumnParallelLinear::ShardedState(
+    const std::string& prefix) const {
+  std::vector<sharded_state::ShardedTensor> state;
+  for (const auto& [name, v] : {std::pair{"weight", &weight_}, std::pair{"bias", &bias_}}) {
+    if (!v->defined()) continue;
+    TPX_ASSIGN_OR_RETURN(auto t, sharded_state::ShardedTensor::Split(
+                                     prefix + name, v->value(), 0, tp_->rank(), tp_->size(),
+                                     options_.stride));
+    state.push_back(std::move(t));
+  }
+  return state;
+}
+
+absl::Status ColumnParallelLinear::SetFullWeights(const Tensor& weight, const Tensor& bias) {
+  TPX_ASSIGN_OR_RETURN(auto state, ShardedState(""));
+  return sharded_state::AssignAllFromFull(state, {{"weight", weight}, {"bias", bias}});
+}
+
+absl::StatusOr<std::vector<sharded_state::ShardedTensor>> RowParallelLinear::ShardedState(
+    const std::string& prefix) const {
+  std::vector<sharded_state::ShardedTensor> state;
+  TPX_ASSIGN_OR_RETURN(auto w, sharded_state::ShardedTensor::Split(prefix + "weight",
+                                                                   weight_.value(), 1, tp_->rank(),
+                                                                   tp_->size(), options_.stride));
+  state.push_back(std::move(w));
+  if (bias_.defined()) {
+    TPX_ASSIGN_OR_RETURN(auto b, sharded_state::ShardedTensor::Replicated(
+                                     prefix + "bias", bias_.value(), tp_->rank()));
+    state.push_back(std::move(b));
+  }
+  return state;
+}
+
+absl::Status RowParallelLinear::SetFullWeights(const Tensor& weight, const Tensor& bias) {
+  TPX_ASSIGN_OR_RETURN(auto state, ShardedState(""));
+  return sharded_state::AssignAllFromFull(state, {{"weight", weight}, {"bias", bias}});
 }
 
 }  // namespace tpx::layers

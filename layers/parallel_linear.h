@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -29,6 +30,7 @@
 #include "core/autograd/variable.h"
 #include "layers/init.h"
 #include "layers/linear_function.h"
+#include "sharded_state/sharded_tensor.h"
 
 namespace tpx::layers {
 
@@ -85,6 +87,15 @@ class ColumnParallelLinear {
   int64_t output_size() const { return output_size_; }
   int64_t output_size_per_partition() const { return output_size_per_partition_; }
 
+  // The parameters as shards of global tensors, named prefix + "weight" /
+  // "bias" (sharded_state/sharded_tensor.h); they share storage with the layer.
+  absl::StatusOr<std::vector<sharded_state::ShardedTensor>> ShardedState(
+      const std::string& prefix) const;
+  // Gives the layer weights from the full (TP=1) tensors: this rank takes its
+  // slice. An undefined bias leaves the bias as it is. Errors naming the
+  // tensor (shape, dtype); nothing changes on error.
+  absl::Status SetFullWeights(const Tensor& weight, const Tensor& bias = Tensor());
+
  private:
   ColumnParallelLinear() = default;
   comm::Communicator* tp_ = nullptr;
@@ -128,6 +139,15 @@ class RowParallelLinear {
   const ParamAttributes& weight_attributes() const { return weight_attributes_; }
   const ParamAttributes& bias_attributes() const { return bias_attributes_; }
   int64_t input_size_per_partition() const { return input_size_per_partition_; }
+
+  // The parameters as shards of global tensors, named prefix + "weight" /
+  // "bias" (sharded_state/sharded_tensor.h); they share storage with the layer.
+  absl::StatusOr<std::vector<sharded_state::ShardedTensor>> ShardedState(
+      const std::string& prefix) const;
+  // Gives the layer weights from the full (TP=1) tensors: this rank takes its
+  // slice. An undefined bias leaves the bias as it is. Errors naming the
+  // tensor (shape, dtype); nothing changes on error.
+  absl::Status SetFullWeights(const Tensor& weight, const Tensor& bias = Tensor());
 
  private:
   RowParallelLinear() = default;

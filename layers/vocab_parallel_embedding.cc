@@ -81,4 +81,17 @@ absl::StatusOr<Variable> VocabParallelEmbedding::Forward(const Tensor& ids) cons
   return parallel::ReduceFromTensorParallelRegion(*tp_, partial);
 }
 
+absl::StatusOr<std::vector<sharded_state::ShardedTensor>> VocabParallelEmbedding::ShardedState(
+    const std::string& prefix) const {
+  TPX_ASSIGN_OR_RETURN(auto w,
+                       sharded_state::ShardedTensor::Split(prefix + "weight", weight_.value(), 0,
+                                                           tp_->rank(), tp_->size()));
+  return std::vector<sharded_state::ShardedTensor>{std::move(w)};
+}
+
+absl::Status VocabParallelEmbedding::SetFullWeights(const Tensor& weight) {
+  TPX_ASSIGN_OR_RETURN(auto state, ShardedState(""));
+  return sharded_state::AssignAllFromFull(state, {{"weight", weight}});
+}
+
 }  // namespace tpx::layers

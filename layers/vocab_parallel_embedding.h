@@ -13,12 +13,15 @@
 #define TPX_LAYERS_VOCAB_PARALLEL_EMBEDDING_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
 #include "core/autograd/variable.h"
 #include "layers/init.h"
 #include "parallel/utils.h"
+#include "sharded_state/sharded_tensor.h"
 
 namespace tpx::layers {
 
@@ -46,6 +49,13 @@ class VocabParallelEmbedding {
   const Variable& weight() const { return weight_; }
   const ParamAttributes& weight_attributes() const { return weight_attributes_; }
   parallel::VocabRange vocab_range() const { return range_; }
+  // The table as a shard of the global [vocab, dim] tensor named
+  // prefix + "weight", split along the vocabulary.
+  absl::StatusOr<std::vector<sharded_state::ShardedTensor>> ShardedState(
+      const std::string& prefix) const;
+  // Gives the layer the full (TP=1) table; this rank takes its rows. Error
+  // naming the tensor; nothing changes on error.
+  absl::Status SetFullWeights(const Tensor& weight);
 
  private:
   VocabParallelEmbedding() = default;

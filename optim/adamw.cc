@@ -113,6 +113,23 @@ absl::Status AdamW::Step(double lr) {
   return absl::OkStatus();
 }
 
+absl::Status AdamW::RestoreStepCounts(int64_t steps, std::vector<int64_t> param_steps) {
+  if (param_steps.size() != params_.size() || steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("AdamW::RestoreStepCounts: ", param_steps.size(),
+                                                   " counts for ", params_.size(),
+                                                   " parameters, steps ", steps));
+  }
+  for (int64_t s : param_steps) {
+    if (s < 0 || s > steps) {
+      return absl::InvalidArgumentError(absl::StrCat("AdamW::RestoreStepCounts: a parameter count ",
+                                                     s, " outside [0, ", steps, "]"));
+    }
+  }
+  steps_ = steps;
+  param_steps_ = std::move(param_steps);
+  return absl::OkStatus();
+}
+
 void AdamW::ZeroGrad() {
   for (Param& p : params_) p.var.ClearGrad();
 }

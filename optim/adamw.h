@@ -64,6 +64,12 @@ class AdamW {
   // First and second moments of parameter i (for tests and checkpoints).
   const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
+  // Steps taken by parameter i (it skips steps where its grad is undefined).
+  const std::vector<int64_t>& param_steps() const { return param_steps_; }
+  // Resuming from a checkpoint: the step counts (the moments are restored
+  // in place through exp_avg / exp_avg_sq). Error: a count per parameter
+  // is not given, or a count is negative.
+  absl::Status RestoreStepCounts(int64_t steps, std::vector<int64_t> param_steps);
 
  private:
   AdamW(std::vector<Param> params, AdamWOptions options)

@@ -23,5 +23,6 @@ def tpx_dependencies():
     _maybe_local("openblas", "/usr/include/x86_64-linux-gnu/openblas-pthread", Label("//third_party/openblas:openblas.BUILD"))
     _maybe_local("dnnl", "/usr/include", Label("//third_party/dnnl:dnnl.BUILD"))
     _maybe_local("ucx", "/usr/include/ucp", Label("//third_party/ucx:ucx.BUILD"))
+    _maybe_local("nlohmann_json", "/usr/include/nlohmann", Label("//third_party/nlohmann_json:nlohmann_json.BUILD"))
     if "local_cuda" not in native.existing_rules():
         cuda_configure(name = "local_cuda")

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   g++ libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libdnnl-dev libucx-dev
+  libopenblas-dev libdnnl-dev libucx-dev nlohmann-json3-dev
 )
 
 missing=()

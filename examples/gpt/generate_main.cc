@@ -4,14 +4,18 @@
 //   bazel run -c opt //examples/gpt:generate -- --nproc=2 --tp=2
 //       --prompt="In the beginning" --max_new_tokens=200 --temperature=0.7 --top_p=0.9
 //
+//   bazel run -c opt //examples/gpt:generate -- --nproc=4 --tp=4 --load=$PWD/gpt_checkpoint
+//
 // The model is described by the same flags as training (--d_model, --n_heads,
-// ..., --seed). Its weights are the seeded initial weights: a weight loader
-// (e.g. a training checkpoint) goes between GptModel::Create and
-// Generator::Create below; the trained model's own text is the closing
-// sample of //examples/gpt:train. Starts its own ranks (--nproc) unless a
-// launcher already did. Rank 0 prints; every rank computes the same tokens.
+// ..., --seed). --load takes its weights from a checkpoint written by
+// //examples/gpt:train at any TP size (the checkpoint root or one of its
+// directories); a checkpoint whose tensors do not fit the model is an error
+// naming the tensor. Without --load the weights are the seeded initial ones.
+// Starts its own ranks (--nproc) unless a launcher already did. Rank 0
+// prints; every rank computes the same tokens.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,6 +34,7 @@
 #include "examples/gpt/sampling_flags.h"
 #include "parallel/parallel_state.h"
 #include "rng/tracker.h"
+#include "sharded_state/load.h"
 
 ABSL_FLAG(int, nproc, 1, "Ranks to start on this machine (ignored under a launcher).");
 ABSL_FLAG(int, tp, 1, "Tensor-parallel size (divides the world size and the heads).");
@@ -40,6 +45,9 @@ ABSL_FLAG(int, stop_byte, -1, "Stop a sample after this byte (e.g. 10 for a newl
 ABSL_FLAG(int64_t, num_samples, 1, "Samples generated together from the prompt (rank 0 streams "
           "the first; the others are printed at the end).");
 ABSL_FLAG(uint64_t, sample_seed, 1234, "Seed of the sampling draws.");
+ABSL_FLAG(std::string, load, "",
+          "Checkpoint to take the weights from (written by //examples/gpt:train at any TP "
+          "size); empty: the seeded initial weights.");
 
 namespace tpx::gpt {
 namespace {
@@ -59,6 +67,14 @@ absl::Status RankMain() {
   }
 
   TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, GptConfigFromFlags()));
+  std::string load = absl::GetFlag(FLAGS_load);
+  // Under `bazel run`, a relative path means the caller's directory.
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (!load.empty() && load[0] != '/' && wd != nullptr) load = absl::StrCat(wd, "/", load);
+  if (!load.empty()) {
+    TPX_ASSIGN_OR_RETURN(std::vector<sharded_state::ShardedTensor> weights, model->ShardedState());
+    TPX_RETURN_IF_ERROR(sharded_state::LoadShardedState(*world, load, weights).status());
+  }
   TPX_RETURN_IF_ERROR(rng::ModelParallelManualSeed(absl::GetFlag(FLAGS_sample_seed), tp.rank(), 0,
                                                    0, rng::SeedMode::kTpInvariant));
   TPX_ASSIGN_OR_RETURN(std::unique_ptr<Generator> generator,
@@ -71,11 +87,12 @@ absl::Status RankMain() {
                     .sampling = sampling};
   if (leader) {
     std::fprintf(stderr, "world %d, tp %d, backend %s; %lld-layer model, d_model %lld, %lld "
-                 "parameters (seeded weights)\n",
+                 "parameters (%s)\n",
                  world->size(), tp.size(), world->backend().c_str(),
                  static_cast<long long>(model->config().n_layers),
                  static_cast<long long>(model->config().d_model),
-                 static_cast<long long>(model->NumParameters()));
+                 static_cast<long long>(model->NumParameters()),
+                 load.empty() ? "seeded weights" : ("weights from " + load).c_str());
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }

@@ -156,6 +156,38 @@ int64_t GptModel::NumParameters() const {
   return n;
 }
 
+absl::StatusOr<std::vector<sharded_state::ShardedTensor>> GptModel::ShardedState() const {
+  using sharded_state::ShardedTensor;
+  std::vector<ShardedTensor> state;
+  auto append = [&](absl::StatusOr<std::vector<ShardedTensor>> part) -> absl::Status {
+    if (!part.ok()) return part.status();
+    for (ShardedTensor& t : *part) state.push_back(std::move(t));
+    return absl::OkStatus();
+  };
+  auto replicated = [&](const std::string& name, const Variable& v) -> absl::Status {
+    TPX_ASSIGN_OR_RETURN(ShardedTensor t, ShardedTensor::Replicated(name, v.value(), tp_->rank()));
+    state.push_back(std::move(t));
+    return absl::OkStatus();
+  };
+  TPX_RETURN_IF_ERROR(append(embedding_->ShardedState("embedding.")));
+  TPX_RETURN_IF_ERROR(replicated("positions", positions_));
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    const std::string p = absl::StrCat("block", l, ".");
+    TPX_RETURN_IF_ERROR(replicated(p + "ln1.weight", b.ln1_w));
+    TPX_RETURN_IF_ERROR(replicated(p + "ln1.bias", b.ln1_b));
+    TPX_RETURN_IF_ERROR(append(b.qkv->ShardedState(p + "qkv.")));
+    TPX_RETURN_IF_ERROR(append(b.attn_out->ShardedState(p + "attn_out.")));
+    TPX_RETURN_IF_ERROR(replicated(p + "ln2.weight", b.ln2_w));
+    TPX_RETURN_IF_ERROR(replicated(p + "ln2.bias", b.ln2_b));
+    TPX_RETURN_IF_ERROR(append(b.fc1->ShardedState(p + "fc1.")));
+    TPX_RETURN_IF_ERROR(append(b.fc2->ShardedState(p + "fc2.")));
+  }
+  TPX_RETURN_IF_ERROR(replicated("lnf.weight", lnf_w_));
+  TPX_RETURN_IF_ERROR(replicated("lnf.bias", lnf_b_));
+  return state;
+}
+
 absl::StatusOr<Variable> GptModel::HiddenDropout(const Variable& x, int64_t seq_len,
                                                  bool training) const {
   if (!training || config_.dropout == 0) return x;

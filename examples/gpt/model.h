@@ -33,6 +33,7 @@
 #include "core/tensor.h"
 #include "layers/parallel_linear.h"
 #include "layers/vocab_parallel_embedding.h"
+#include "sharded_state/sharded_tensor.h"
 
 namespace tpx::gpt {
 
@@ -84,6 +85,11 @@ class GptModel {
   absl::Status AllReduceSequenceParallelGrads() const;
 
   const std::vector<ModelParam>& params() const { return params_; }
+  // Every parameter as a shard of its global tensor, in the order of
+  // params(): "embedding.weight", "positions", "block<l>.ln1.weight", ...,
+  // "block<l>.qkv.weight" (stride 3), "lnf.bias". Norms, positions and
+  // row-parallel biases are replicated.
+  absl::StatusOr<std::vector<sharded_state::ShardedTensor>> ShardedState() const;
   const GptConfig& config() const { return config_; }
   // Parameters of the whole (unsharded) model.
   int64_t NumParameters() const;

@@ -6,7 +6,9 @@
 // (tools/tpxrun, torchrun, mpirun) already did. Prints a progress line per
 // --log_interval steps, the validation loss every --eval_interval steps, a
 // sampled text at the end (--temperature, --top_k, --top_p), and writes the
-// loss curve as CSV (and as a PNG when gnuplot is installed).
+// loss curve as CSV (and as a PNG when gnuplot is installed). --save_dir /
+// --save_every save sharded checkpoints, --resume continues from the latest,
+// --load starts from one saved at any TP size.
 #include <unistd.h>
 
 #include <algorithm>
@@ -47,6 +49,17 @@ ABSL_FLAG(int64_t, eval_batches, 4, "Validation batches per evaluation.");
 ABSL_FLAG(int64_t, sample_tokens, 300, "Length of the text sampled after training.");
 ABSL_FLAG(std::string, prompt, "And the LORD said unto Moses,", "Prompt of the sample.");
 ABSL_FLAG(std::string, data, "", "Training text (default: the bundled KJV Genesis + Exodus).");
+ABSL_FLAG(std::string, save_dir, "",
+          "Save sharded checkpoints (safetensors) under this directory: every --save_every "
+          "steps and after the last step.");
+ABSL_FLAG(int64_t, save_every, 0, "Steps between checkpoints (0: only after the last step).");
+ABSL_FLAG(bool, async_save, false,
+          "Write checkpoints on a background thread while training goes on.");
+ABSL_FLAG(bool, resume, false,
+          "Continue from the latest checkpoint in --save_dir (at any --tp), if there is one.");
+ABSL_FLAG(std::string, load, "",
+          "Start from the weights of this checkpoint (a --save_dir or one of its step "
+          "directories, saved at any TP size); with --steps=0 only evaluates and samples.");
 ABSL_FLAG(std::string, csv, "gpt_loss.csv",
           "Loss curve CSV (relative paths are taken from where `bazel run` was started).");
 
@@ -91,7 +104,7 @@ void WriteCurve(const TrainResult& r, const std::string& csv) {
   out << "step,loss,val_loss\n";
   size_t next = 0;
   for (size_t i = 0; i < r.losses.size(); ++i) {
-    const int64_t step = static_cast<int64_t>(i) + 1;
+    const int64_t step = r.first_step + static_cast<int64_t>(i) + 1;
     while (next < r.log.size() && r.log[next].step < step) ++next;
     const bool has_val = next < r.log.size() && r.log[next].step == step && r.log[next].val_loss >= 0;
     out << step << "," << absl::StrFormat("%.5f", r.losses[i]) << ",";
@@ -147,6 +160,15 @@ absl::Status RankMain() {
   o.sample_tokens = absl::GetFlag(FLAGS_sample_tokens);
   o.prompt = absl::GetFlag(FLAGS_prompt);
   TPX_ASSIGN_OR_RETURN(o.sampling, SamplingOptionsFromFlags());
+  o.save_dir = UserPath(absl::GetFlag(FLAGS_save_dir));
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  o.async_save = absl::GetFlag(FLAGS_async_save);
+  o.resume = absl::GetFlag(FLAGS_resume);
+  o.load = UserPath(absl::GetFlag(FLAGS_load));
+  if (o.save_every < 0 || (o.resume && o.save_dir.empty())) {
+    return absl::InvalidArgumentError(
+        "--save_every must be >= 0, and --resume needs --save_dir");
+  }
 
   if (leader) {
     std::printf("data: %s (%zu train / %zu validation bytes); unigram entropy %.3f nats/byte\n",
@@ -179,6 +201,11 @@ absl::Status RankMain() {
                 "(unigram entropy %.4f)\n",
                 static_cast<long long>(result.num_parameters), result.tokens_per_s,
                 result.final_val_loss, data.UnigramEntropyNats());
+    if (result.first_step > 0) {
+      std::printf("resumed from the checkpoint of step %lld\n",
+                  static_cast<long long>(result.first_step));
+    }
+    if (!result.checkpoint.empty()) std::printf("checkpoint: %s\n", result.checkpoint.c_str());
     if (!result.sample.empty()) {
       std::printf("--- sample ---\n%s\n--------------\n", result.sample.c_str());
     }

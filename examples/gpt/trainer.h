@@ -8,6 +8,11 @@
 //   options.tp = 2;
 //   TPX_ASSIGN_OR_RETURN(TrainResult r, Train(*world, dataset, options, PrintProgress));
 //
+// With save_dir set, the run saves a sharded checkpoint (sharded_state/):
+// model, AdamW moments and step counts, the schedule and data position (the
+// step) and the RNG tracker states; `resume` continues from the latest one
+// at any TP size (bit-identical losses at the same TP size).
+//
 // Every rank runs Train; the progress callback and the result are the same
 // on all of them (losses are averaged over data-parallel replicas).
 #ifndef TPX_EXAMPLES_GPT_TRAINER_H_
@@ -42,6 +47,22 @@ struct TrainOptions {
   int64_t sample_tokens = 200;  // text sampled after training; 0 = none
   std::string prompt = "And the LORD said unto Moses,";
   SamplingOptions sampling{.temperature = 0.7, .top_p = 0.9};
+  // Checkpoints: saved under save_dir every save_every steps (0: none in
+  // between) and after the run's last step; empty = no saving.
+  std::string save_dir;
+  int64_t save_every = 0;
+  // Write checkpoints on a background thread while training goes on (each
+  // is committed before the next save starts and before Train returns).
+  bool async_save = false;
+  // Continue from the latest checkpoint in save_dir, if there is one.
+  bool resume = false;
+  // Start from the weights of this checkpoint (root or one directory, any
+  // TP size) with a fresh optimizer. Not together with a resume that finds
+  // a checkpoint.
+  std::string load;
+  // End this run after this many steps in total (< 0: `steps`); the
+  // learning-rate schedule still spans `steps`.
+  int64_t stop_after = -1;
 };
 
 // One logged step.
@@ -57,12 +78,14 @@ struct StepRecord {
 };
 
 struct TrainResult {
-  std::vector<double> losses;  // every step's training loss
+  int64_t first_step = 0;      // steps done before this run (resumed from)
+  std::vector<double> losses;  // the training loss of every step this run took
   std::vector<StepRecord> log;  // the records passed to the callback
   double final_val_loss = -1;
   double tokens_per_s = 0;
   int64_t num_parameters = 0;
   std::string sample;  // prompt + sampled continuation (examples/gpt/generator.h)
+  std::string checkpoint;  // the last checkpoint saved, if any
 };
 
 // Collective over world. Errors: world size not divisible by options.tp,

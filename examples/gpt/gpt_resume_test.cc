@@ -1,0 +1,127 @@
+// Resuming the GPT example from a checkpoint: 8 steps straight equal, bit for
+// bit, 4 steps + save + new processes + 4 resumed steps at the same TP size
+// (dropout on, so the RNG tracker states matter; the first half saves
+// asynchronously after every step, the resumed half synchronously); resuming the same
+// checkpoint at TP=1 and TP=4 stays within the example's TP-invariance
+// tolerance. Every run is its own set of real processes over UCX.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "examples/gpt/dataset.h"
+#include "examples/gpt/trainer.h"
+#include "gtest/gtest.h"
+#include "testing/multiprocess.h"
+
+namespace tpx::gpt {
+namespace {
+
+constexpr int kSteps = 8;
+// As gpt_tp_invariance_test: f32 sums in another order at another TP size.
+constexpr double kLossTolerance = 1e-4;
+
+TrainOptions Options(int tp) {
+  TrainOptions o;
+  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
+                      .n_heads = 4, .n_layers = 2, .d_ff = 64, .dropout = 0.1, .seed = 77};
+  o.tp = tp;
+  o.batch = 4;
+  o.steps = kSteps;
+  o.warmup_steps = 3;
+  o.lr = 1e-2;
+  o.min_lr = 1e-3;
+  o.log_interval = 0;
+  o.eval_interval = 0;
+  o.eval_batches = 1;
+  o.sample_tokens = 0;
+  return o;
+}
+
+std::string Tmp(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+// Runs Train on `world` new processes; rank 0 writes the losses (exact, as
+// hex floats) and the first step to `out`, which the parent reads back.
+struct RunResult {
+  int64_t first_step = -1;
+  std::vector<double> losses;
+};
+RunResult TrainInProcesses(int world, const TrainOptions& o, const std::string& out) {
+  testing::RunOptions options;
+  options.comm_timeout = absl::Seconds(60);
+  testing::RunOnRanks(world, [&](testing::RankContext& ctx) {
+    auto data = ByteDataset::Load("examples/gpt/data/kjv_genesis_exodus.txt", 0.1);
+    ASSERT_TRUE(data.ok()) << data.status();
+    auto r = Train(ctx.comm, *data, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (ctx.rank != 0) return;
+    FILE* f = std::fopen(out.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "%lld\n", static_cast<long long>(r->first_step));
+    for (double l : r->losses) std::fprintf(f, "%a\n", l);
+    std::fclose(f);
+  }, options);
+  RunResult run;
+  std::ifstream in(out);
+  std::string line;
+  if (std::getline(in, line)) run.first_step = std::stoll(line);
+  while (std::getline(in, line)) run.losses.push_back(std::strtod(line.c_str(), nullptr));
+  return run;
+}
+
+TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
+  setenv("TPX_NUM_THREADS", "1", 0);
+  namespace fs = std::filesystem;
+  const RunResult straight = TrainInProcesses(2, Options(2), Tmp("straight"));
+  ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
+
+  TrainOptions first_half = Options(2);
+  first_half.save_dir = Tmp("ckpt");
+  first_half.stop_after = kSteps / 2;
+  first_half.save_every = 1;      // steps 1..4, each written while the next step trains
+  first_half.async_save = true;
+  const RunResult first = TrainInProcesses(2, first_half, Tmp("first"));
+  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
+  // Copies for the resumes at other TP sizes (each resume saves into its dir).
+  fs::copy(Tmp("ckpt"), Tmp("ckpt_tp1"), fs::copy_options::recursive);
+  fs::copy(Tmp("ckpt"), Tmp("ckpt_tp4"), fs::copy_options::recursive);
+
+  TrainOptions second_half = Options(2);
+  second_half.save_dir = Tmp("ckpt");
+  second_half.resume = true;
+  const RunResult second = TrainInProcesses(2, second_half, Tmp("second"));
+  EXPECT_EQ(second.first_step, kSteps / 2);
+  ASSERT_EQ(second.losses.size(), static_cast<size_t>(kSteps / 2));
+  for (int s = 0; s < kSteps; ++s) {
+    const double resumed = s < kSteps / 2 ? first.losses[s] : second.losses[s - kSteps / 2];
+    EXPECT_EQ(resumed, straight.losses[s]) << "step " << s + 1 << " is not bit-identical";
+  }
+  // Every step of the first half was saved; the resumed half saved its final step.
+  for (int step = 1; step <= kSteps / 2; ++step) {
+    EXPECT_TRUE(
+        fs::exists(Tmp("ckpt") + "/step-0000000" + std::to_string(step) + "/tpx_checkpoint.json"));
+  }
+  EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-00000008/tpx_checkpoint.json"));
+
+  for (int tp : {1, 4}) {
+    TrainOptions other = Options(tp);
+    other.save_dir = Tmp("ckpt_tp" + std::to_string(tp));
+    other.resume = true;
+    const RunResult run = TrainInProcesses(tp, other, Tmp("other"));
+    EXPECT_EQ(run.first_step, kSteps / 2) << "TP " << tp;
+    ASSERT_EQ(run.losses.size(), static_cast<size_t>(kSteps / 2)) << "TP " << tp;
+    for (int s = 0; s < kSteps / 2; ++s) {
+      EXPECT_NEAR(run.losses[s], straight.losses[s + kSteps / 2], kLossTolerance)
+          << "TP " << tp << " step " << s + kSteps / 2 + 1;
+    }
+  }
+  // Without a resume the resumed losses differ: the state really came from the checkpoint.
+  EXPECT_NE(straight.losses[kSteps / 2], straight.losses[0]);
+}
+
+}  // namespace
+}  // namespace tpx::gpt
