@@ -257,7 +257,8 @@ void Worker::Sleep(std::chrono::microseconds max_sleep) {
 void Worker::CloseEndpoints(Clock::time_point deadline, bool force) {
   closed_ = true;
   std::vector<void*> pending;
-  for (int peer = 0; peer < size_; ++peer) {
+  // eps_ is empty when Create failed before connecting (e.g. the store was gone).
+  for (int peer = 0; peer < static_cast<int>(eps_.size()); ++peer) {
     if (eps_[peer] == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
