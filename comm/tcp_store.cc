@@ -153,6 +153,15 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Listen(
   return server;
 }
 
+TcpStoreServerStats TcpStoreServer::stats() const {
+  TcpStoreServerStats s;
+  s.connections = stat_connections_.load(std::memory_order_relaxed);
+  s.keys = stat_keys_.load(std::memory_order_relaxed);
+  s.stored_bytes = stat_stored_bytes_.load(std::memory_order_relaxed);
+  s.buffered_bytes = stat_buffered_bytes_.load(std::memory_order_relaxed);
+  return s;
+}
+
 absl::Status TcpStoreServer::Start() {
   if (thread_.joinable()) return absl::FailedPreconditionError("TcpStoreServer already started");
   thread_ = std::thread([this] { Serve(); });
@@ -319,6 +328,7 @@ void TcpStoreServer::Serve() {
       auto it = conns.find(fd);
       if (it != conns.end()) it->second.Queue(std::move(reply));
     });
+    size_t buffered = 0;
     for (auto it = conns.begin(); it != conns.end();) {
       const int fd = it->first;
       Conn& c = it->second;
@@ -334,9 +344,14 @@ void TcpStoreServer::Serve() {
         ::close(fd);
         it = conns.erase(it);
       } else {
+        buffered += c.in.buffered() + c.unsent();
         ++it;
       }
     }
+    stat_connections_.store(static_cast<int>(conns.size()), std::memory_order_relaxed);
+    stat_keys_.store(service.keys(), std::memory_order_relaxed);
+    stat_stored_bytes_.store(service.stored_bytes(), std::memory_order_relaxed);
+    stat_buffered_bytes_.store(buffered, std::memory_order_relaxed);
   }
   for (auto& [fd, c] : conns) ::close(fd);
 }

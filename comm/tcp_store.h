@@ -58,6 +58,14 @@ struct TcpStoreServerOptions {
   std::string secret;
 };
 
+// A snapshot of the server's load, refreshed once per serving round.
+struct TcpStoreServerStats {
+  int connections = 0;
+  size_t keys = 0;
+  size_t stored_bytes = 0;    // keys and values
+  size_t buffered_bytes = 0;  // unparsed input and unsent output of every connection
+};
+
 class TcpStoreServer {
  public:
   // Binds and listens on host:port (port 0 picks a free port; see port()).
@@ -73,6 +81,7 @@ class TcpStoreServer {
   // The connection bound in force (options.max_connections, lowered to fit
   // the open-file limit).
   int max_connections() const { return options_.max_connections; }
+  TcpStoreServerStats stats() const;
 
  private:
   TcpStoreServer() = default;
@@ -84,6 +93,8 @@ class TcpStoreServer {
   int wake_pipe_[2] = {-1, -1};
   TcpStoreServerOptions options_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> stat_connections_{0};
+  std::atomic<size_t> stat_keys_{0}, stat_stored_bytes_{0}, stat_buffered_bytes_{0};
   std::thread thread_;
 };
 
