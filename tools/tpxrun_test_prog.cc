@@ -1,7 +1,8 @@
 // Test program run under tpxrun by tpxrun_test:
 //   env       print the rank layout this process sees
 //   fail R    rank R exits with code 3 at once; the others sleep long
-//   sleep     every rank sleeps long (for signal forwarding)
+//   sleep     every rank prints "pid=<pid>" and sleeps long (signals, orphans)
+//   secret    print the store secret this rank was given
 //   allreduce comm::Init() and an all-reduce of the ranks (needs the plugin)
 #include <unistd.h>
 
@@ -31,7 +32,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") {
+    std::printf("pid=%d\n", static_cast<int>(::getpid()));
+    std::fflush(stdout);
     ::sleep(120);
+    return 0;
+  }
+  if (mode == "secret") {
+    std::printf("secret=%s\n", env->store_secret.c_str());
     return 0;
   }
   if (mode == "allreduce") {
