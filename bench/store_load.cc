@@ -1,12 +1,12 @@
 // Load test of the rendezvous store server (comm/tcp_store.h): --clients
-// TcpStore clients each loop Set / Get / Wait-on-a-neighbour's-key for
-// --seconds while hostile local clients stream garbage, stream empty
+// TcpStore clients each run --rounds of Set / Get / Wait-on-a-neighbour's-key
+// while hostile local clients stream garbage, stream empty
 // frames, and hold silent connections. The server runs in a forked process
 // so its memory can be read from /proc. Prints one JSON line:
 // set/get latency percentiles, request and error counts, what the hostile
 // clients did, and the server's resident memory (start, peak, end).
 //
-//   bazel run -c opt //bench:store_load -- --clients=500 --seconds=20
+//   bazel run -c opt //bench:store_load -- --clients=500 --rounds=200
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -31,7 +31,7 @@
 #include "comm/tcp_store.h"
 
 ABSL_FLAG(int, clients, 500, "Well-behaved store clients (one thread and connection each).");
-ABSL_FLAG(int, seconds, 20, "How long the clients run.");
+ABSL_FLAG(int, rounds, 200, "Set/Get/Wait rounds per client.");
 ABSL_FLAG(int, garbage_clients, 2, "Hostile clients streaming random bytes, reconnecting.");
 ABSL_FLAG(int, silent_connections, 200, "Hostile connections that never send anything.");
 
@@ -74,7 +74,7 @@ double Percentile(std::vector<double>& v, double p) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int clients = absl::GetFlag(FLAGS_clients);
-  const absl::Duration run_for = absl::Seconds(absl::GetFlag(FLAGS_seconds));
+  const int rounds = absl::GetFlag(FLAGS_rounds);
   rlimit rl{};
   ::getrlimit(RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;
@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> stop{false};
   std::atomic<int64_t> hostile_bytes{0}, hostile_connections{0}, errors{0}, waits{0};
+  std::atomic<int> finished{0};
   std::vector<std::thread> hostile;
   for (int g = 0; g < absl::GetFlag(FLAGS_garbage_clients); ++g) {
     hostile.emplace_back([&, g] {
@@ -144,7 +145,6 @@ int main(int argc, char** argv) {
 
   std::mutex mu;
   std::vector<double> set_ms, get_ms;
-  std::atomic<int> ready{0};
   std::vector<std::thread> workers;
   const absl::Time start = absl::Now();
   for (int c = 0; c < clients; ++c) {
@@ -152,11 +152,11 @@ int main(int argc, char** argv) {
       auto store = tpx::comm::TcpStore::Connect("127.0.0.1", port, absl::Seconds(60), secret);
       if (!store.ok()) {
         ++errors;
+        ++finished;
         return;
       }
       std::vector<double> my_set, my_get;
-      const absl::Time end = start + run_for;
-      for (int64_t i = 0; absl::Now() < end; ++i) {
+      for (int64_t i = 0; i < rounds; ++i) {
         const std::string key = absl::StrCat("c", c, "/", i);
         absl::Time t0 = absl::Now();
         if (!(*store)->Set(key, std::string(64, 'v')).ok()) ++errors;
@@ -175,11 +175,12 @@ int main(int argc, char** argv) {
       std::lock_guard<std::mutex> lock(mu);
       set_ms.insert(set_ms.end(), my_set.begin(), my_set.end());
       get_ms.insert(get_ms.end(), my_get.begin(), my_get.end());
+      ++finished;
     });
   }
   // Sample the server's memory while the load runs.
   double rss_peak_sampled = 0;
-  while (absl::Now() < start + run_for) {
+  while (finished.load() < clients) {
     rss_peak_sampled = std::max(rss_peak_sampled, RssMiB(server_pid).first);
     absl::SleepFor(absl::Milliseconds(200));
   }
