@@ -74,6 +74,7 @@ struct Conn {
   bool authenticated = false;
   bool closing = false;  // send what is queued, then close
   bool peer_closed = false;
+  uint64_t serial = 0;  // accept order
   absl::Time accepted_at;
   absl::Time last_active;
 
@@ -188,6 +189,7 @@ void TcpStoreServer::Serve() {
   std::vector<pollfd> fds;
   absl::Time accept_paused_until = absl::InfinitePast();
   bool more_work = false;  // a connection still has buffered frames
+  uint64_t accepted_total = 0;
 
   // Handles buffered frames of one connection while it may take more.
   auto process = [&](int fd, Conn& c, absl::Time now) {
@@ -266,6 +268,7 @@ void TcpStoreServer::Serve() {
     now = absl::Now();
 
     if (fds[1].revents & POLLIN) {
+      size_t evicting = 0;  // shut down this round, closed at its end (no fd reuse meanwhile)
       for (int accepted = 0; accepted < 64; ++accepted) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -274,7 +277,27 @@ void TcpStoreServer::Serve() {
           }
           break;
         }
-        if (static_cast<int>(conns.size()) >= opt.max_connections) {
+        if (static_cast<int>(conns.size() - evicting) >= opt.max_connections) {
+          // Connections that have not presented the secret yet cannot
+          // crowd out the job's ranks: the oldest of them makes room.
+          Conn* oldest = nullptr;
+          int oldest_fd = -1;
+          for (auto& [other_fd, other] : conns) {
+            if (!other.authenticated && !other.closing &&
+                (oldest == nullptr || other.serial < oldest->serial)) {
+              oldest = &other;
+              oldest_fd = other_fd;
+            }
+          }
+          if (oldest != nullptr) {
+            ::shutdown(oldest_fd, SHUT_RDWR);
+            oldest->closing = true;
+            oldest->out.clear();
+            oldest->out_pos = 0;
+            ++evicting;
+          }
+        }
+        if (static_cast<int>(conns.size() - evicting) >= opt.max_connections) {
           std::string refusal = StoreService::Reply(absl::ResourceExhaustedError(
               absl::StrCat("the store serves its limit of ", opt.max_connections,
                            " connections (TcpStoreServerOptions::max_connections); try "
@@ -285,7 +308,7 @@ void TcpStoreServer::Serve() {
         }
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        conns.emplace(fd, Conn(now));
+        conns.emplace(fd, Conn(now)).first->second.serial = ++accepted_total;
       }
     }
 

@@ -46,8 +46,9 @@ struct TcpStoreServerOptions {
   StoreLimits limits;
   // Largest request frame (headers included) from an authenticated client.
   size_t max_frame_bytes = kMaxStoreValueBytes + (64u << 10);
-  // Open connections; further clients get ResourceExhausted and are closed.
-  // Also kept below the process's open-file limit.
+  // Open connections; when full, the oldest connection that has not yet
+  // presented the secret is closed to make room, and if there is none the
+  // new client gets ResourceExhausted. Kept below half the open-file limit.
   int max_connections = 1024;
   // An authenticated connection with no request in flight is closed after
   // this long without traffic (clients reconnect transparently).

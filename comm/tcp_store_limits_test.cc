@@ -247,6 +247,23 @@ TEST(TcpStoreLimits, ConnectionsAreBounded) {
   EXPECT_TRUE(later.ok()) << later;
 }
 
+TEST(TcpStoreLimits, UnauthenticatedConnectionsCannotCrowdOutTheJob) {
+  TcpStoreServerOptions options;
+  options.max_connections = 4;
+  auto server = StartServer(options);
+  std::vector<std::unique_ptr<RawConn>> squatters;
+  for (int i = 0; i < 4; ++i) squatters.push_back(std::make_unique<RawConn>(server->port()));
+  // Wait (bounded) until the server has accepted all four.
+  for (int i = 0; i < 2000 && server->stats().connections < 4; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(server->stats().connections, 4);
+  auto store = Client(*server);
+  ASSERT_TRUE(store->Set("k", "v").ok());
+  EXPECT_EQ(*store->Get("k", absl::Seconds(10)), "v");
+  EXPECT_TRUE(squatters[0]->ClosedByServer());  // the oldest made room
+}
+
 TEST(TcpStoreLimits, SilentConnectionsAreClosed) {
   TcpStoreServerOptions options;
   options.handshake_timeout = absl::Milliseconds(50);
