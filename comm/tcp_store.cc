@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -377,6 +379,21 @@ void TcpStoreServer::Serve() {
     stat_buffered_bytes_.store(buffered, std::memory_order_relaxed);
   }
   for (auto& [fd, c] : conns) ::close(fd);
+}
+
+absl::StatusOr<std::string> NewStoreSecret() {
+  char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(absl::StrCat("getrandom for the store secret: ",
+                                                 strerror(errno)));
+    }
+    got += n;
+  }
+  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
 
 // ---------------------------------------------------------------- client

@@ -99,6 +99,10 @@ class TcpStoreServer {
   std::thread thread_;
 };
 
+// A fresh random job secret (128 bits as hex) for TcpStoreServerOptions::secret,
+// as launchers pass it to their ranks in TPX_STORE_SECRET.
+absl::StatusOr<std::string> NewStoreSecret();
+
 class TcpStore : public Store {
  public:
   // Connects to host:port, retrying until `connect_timeout` passes (the

@@ -17,7 +17,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -147,21 +145,15 @@ int FreePort(const std::string& host) {
   return server.ok() ? (*server)->port() : 0;
 }
 
-// The job's store secret: TPX_STORE_SECRET if set, else 128 random bits.
+// The job's store secret: TPX_STORE_SECRET if set, else a random one.
 std::string JobSecret() {
   if (const char* s = std::getenv("TPX_STORE_SECRET"); s != nullptr && s[0] != '\0') return s;
-  char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::perror("tpxrun: getrandom");
-      std::exit(1);
-    }
-    got += n;
+  absl::StatusOr<std::string> secret = tpx::comm::NewStoreSecret();
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tpxrun: %s\n", std::string(secret.status().message()).c_str());
+    std::exit(1);
   }
-  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
+  return *secret;
 }
 
 }  // namespace
