@@ -359,7 +359,10 @@ void TcpStoreServer::Serve() {
       Conn& c = it->second;
       process(fd, c, now);  // a connection whose request was just answered may have more
       bool drop = !Flush(fd, c, now);
-      if (c.closing && c.unsent() == 0) drop = true;
+      // A refused client gets its reason, unless it will not even read it.
+      if (c.closing && (c.unsent() == 0 || now - c.last_active >= opt.handshake_timeout)) {
+        drop = true;
+      }
       if (!c.authenticated && now - c.accepted_at >= opt.handshake_timeout) drop = true;
       if (c.authenticated && !service.Parked(fd) && now - c.last_active >= opt.idle_timeout) {
         drop = true;
