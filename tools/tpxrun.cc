@@ -8,9 +8,15 @@
 //
 // Exit status: 0 when every rank exits 0; otherwise that of the first rank
 // to fail (128 + signal number for a rank killed by a signal).
+//
+// Each rank runs in its own process group (signals reach its children too)
+// and dies with tpxrun, even when tpxrun is killed with SIGKILL (parent-death
+// signal). The store admits only the job's ranks: tpxrun passes them a
+// random TPX_STORE_SECRET (or the one in its own environment).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,6 +145,17 @@ int FreePort(const std::string& host) {
   return server.ok() ? (*server)->port() : 0;
 }
 
+// The job's store secret: TPX_STORE_SECRET if set, else a random one.
+std::string JobSecret() {
+  if (const char* s = std::getenv("TPX_STORE_SECRET"); s != nullptr && s[0] != '\0') return s;
+  absl::StatusOr<std::string> secret = tpx::comm::NewStoreSecret();
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tpxrun: %s\n", std::string(secret.status().message()).c_str());
+    std::exit(1);
+  }
+  return *secret;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,12 +165,15 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  const std::string secret = JobSecret();
   std::unique_ptr<tpx::comm::TcpStoreServer> server;
   int port = args.master_port;
   if (args.store_on_rank0) {
     if (port == 0) port = FreePort(args.master_addr);
   } else {
-    auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port);
+    tpx::comm::TcpStoreServerOptions store_options;
+    store_options.secret = secret;
+    auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port, store_options);
     if (!listening.ok()) {
       std::fprintf(stderr, "tpxrun: %s\n", std::string(listening.status().message()).c_str());
       return 1;
@@ -191,6 +211,7 @@ int main(int argc, char** argv) {
     put("TPX_STORE_ADDR", args.master_addr);
     put("TPX_STORE_PORT", absl::StrCat(port));
     put("TPX_STORE_HOSTED", server ? "1" : "0");
+    put("TPX_STORE_SECRET", secret);
     put("RANK", absl::StrCat(r));
     put("WORLD_SIZE", absl::StrCat(n));
     put("LOCAL_RANK", absl::StrCat(r));
@@ -209,9 +230,14 @@ int main(int argc, char** argv) {
       std::perror("tpxrun: pipe");
       return 1;
     }
+    const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: signals reach the rank's children too
+      // Die with tpxrun, also when it is SIGKILLed (the setting survives
+      // exec). tpxrun may have died before prctl: then we are orphaned already.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(128 + SIGKILL);
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
       struct sigaction dfl {};

@@ -32,6 +32,13 @@ absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, Dev
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& tp,
                                                            const GptConfig& c) {
   const int tp_size = tp.size();
+  if (c.vocab_size < 1 || c.seq_len < 1 || c.d_model < 1 || c.n_heads < 1 || c.n_layers < 1 ||
+      c.d_ff < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel: every size must be positive; got vocab_size ", c.vocab_size, ", seq_len ",
+        c.seq_len, ", d_model ", c.d_model, ", n_heads ", c.n_heads, ", n_layers ", c.n_layers,
+        ", d_ff ", c.d_ff));
+  }
   if (c.d_model % c.n_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: d_model ", c.d_model,
                                                    " is not a multiple of n_heads ", c.n_heads));
