@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tpx builds against. Idempotent: installs only what is missing.
+# Installs the Debian packages tpx builds against, plus any named as arguments (e.g. gnuplot-nox
+# for the main job's loss picture). Idempotent: installs only what is missing.
 set -euo pipefail
 
 packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   g++ libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libdnnl-dev libucx-dev nlohmann-json3-dev
+  "$@"
 )
 
 missing=()

@@ -2,13 +2,13 @@
 # Trains the example GPT on 2 ranks with tensor parallelism 2 (a few minutes on 2 cores):
 # installs what is missing, then runs //examples/gpt:train. Extra arguments are passed on
 # (e.g. --steps=100, --tp=1 --nproc=1, --sequence_parallel, --recompute, --dropout=0.1).
-# Writes gpt_loss.csv (and gpt_loss.png when gnuplot is installed) in the current directory and
+# Writes gpt_loss.csv and gpt_loss.png (drawn by gnuplot, installed here) in the current directory and
 # saves a sharded checkpoint of the last step under gpt_checkpoint/ (see README: resume, --load).
 # Without extra arguments it then loads that TP=2 checkpoint into one TP=1 rank and streams a
 # sampled text from it (//examples/gpt:generate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh
+tools/setup.sh gnuplot-nox
 bazel build -c opt //examples/gpt:train //examples/gpt:generate
 bazel run -c opt //examples/gpt:train -- --nproc=2 --tp=2 --save_dir=gpt_checkpoint "$@"
 if [[ $# -eq 0 ]]; then

@@ -79,7 +79,7 @@ TEST(TrainFlags, SmallValidRunTrains) {
   // One tiny step on one rank: valid values pass the checks.
   TrainRun r = Train(absl::StrCat(
       "--nproc=1 --tp=1 --steps=1 --n_layers=1 --d_model=16 --n_heads=2 --d_ff=32 --seq_len=16 "
-      "--batch=2 --eval_interval=1 --eval_batches=1 --sample_tokens=4 --csv=",
+      "--batch=2 --eval_interval=1 --eval_batches=1 --sample_tokens=4 --prompt=In --csv=",
       std::getenv("TEST_TMPDIR"), "/loss.csv"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("final validation loss"), std::string::npos) << r.output;
