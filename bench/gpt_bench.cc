@@ -39,7 +39,12 @@ int MeasureRank(int tp) {
   auto data = ByteDataset::FromText(text, 0.1);
   if (!data.ok()) return 1;
   TrainOptions o;
-  o.model = GptConfigFromFlags();
+  auto config = GptConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", config.status().ToString().c_str());
+    return 1;
+  }
+  o.model = *config;
   o.tp = tp;
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
@@ -56,10 +61,10 @@ int MeasureRank(int tp) {
   if ((*world)->rank() == 0) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
     std::printf(
-        "{\"bench\":\"gpt\",\"tp\":%d,\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
-        "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
+        "{\"bench\":\"gpt\",\"tp\":%d,\"dtype\":\"%s\",\"tokens_per_s\":%.1f,\"step_ms\":%.2f,"
+        "\"params\":%lld,\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
-        tp, r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        tp, std::string(DTypeName(o.model.dtype)).c_str(), r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),

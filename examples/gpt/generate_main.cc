@@ -66,7 +66,8 @@ absl::Status RankMain() {
         absl::StrCat("--num_samples ", samples, " must be at least 1"));
   }
 
-  TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, GptConfigFromFlags()));
+  TPX_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromFlags());
+  TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, config));
   std::string load = absl::GetFlag(FLAGS_load);
   // Under `bazel run`, a relative path means the caller's directory.
   const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");

@@ -41,6 +41,10 @@ struct TrainOptions {
   double min_lr = 3e-4;
   double weight_decay = 0.1;
   double clip_norm = 1.0;
+  // With model.dtype kBF16: reduce gradients over tp (sequence-parallel
+  // partials) and dp in f32 (Megatron's accumulate_allreduce_grads_in_fp32)
+  // or in bf16 (optim/grad_sync.h).
+  DType grad_reduce_dtype = DType::kF32;
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // also after the last step; 0 = only then
   int64_t eval_batches = 4;
