@@ -1,8 +1,10 @@
 // Training throughput of the GPT example at TP=1 and TP=2 (one data-parallel
 // replica), forking its own ranks. One JSON line per TP size:
-//   {"bench":"gpt","tp":2,"tokens_per_s":...,"step_ms":...,"params":...,...}
+//   {"bench":"gpt","tp":2,"dtype":"f32","tokens_per_s":...,"step_ms":...,"final_loss":...,...}
 //
-//   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--d_model=128 ...]
+//   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--dtype=bf16] [--d_model=128 ...]
+// final_loss is the training loss of the last step (the same seed and
+// batches for every dtype and TP size, so runs compare).
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
 // steps, the first included; validation time is excluded. Each rank gets
 // cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise.
@@ -62,9 +64,12 @@ int MeasureRank(int tp) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
     std::printf(
         "{\"bench\":\"gpt\",\"tp\":%d,\"dtype\":\"%s\",\"tokens_per_s\":%.1f,\"step_ms\":%.2f,"
-        "\"params\":%lld,\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
-        "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
-        tp, std::string(DTypeName(o.model.dtype)).c_str(), r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        "\"final_loss\":%.5f,\"params\":%lld,\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,"
+        "\"d_model\":%lld,\"n_layers\":%lld,\"sequence_parallel\":%s,\"recompute\":%s,"
+        "\"gemm_threads_per_rank\":%d}\n",
+        tp, std::string(DTypeName(o.model.dtype)).c_str(), r->tokens_per_s,
+        1000.0 * tokens_per_step / r->tokens_per_s,
+        r->losses.empty() ? -1.0 : r->losses.back(),
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),

@@ -8,14 +8,15 @@ namespace tpx::optim {
 absl::Status AllReduceGradient(comm::Communicator& comm, const Variable& param, comm::ReduceOp op,
                                DType reduce_dtype) {
   if (reduce_dtype != DType::kF32 && reduce_dtype != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("AllReduceGradient: reduce dtype must be f32 "
-                                                   "or bf16, got ", std::string(DTypeName(reduce_dtype))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceGradient: reduce dtype must be f32 or bf16, got ",
+                     std::string(DTypeName(reduce_dtype))));
   }
   const Tensor& g = param.grad();
   if (!g.defined()) return absl::OkStatus();
   if (!g.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat("AllReduceGradient: gradient of '",
-                                                   param.name(), "' is not contiguous"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceGradient: gradient of '", param.name(), "' is not contiguous"));
   }
   if (g.dtype() == reduce_dtype) return comm.AllReduce(g, op).Wait();
   TPX_ASSIGN_OR_RETURN(Tensor converted, g.To(reduce_dtype));
