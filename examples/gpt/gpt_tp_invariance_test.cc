@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "examples/gpt/dataset.h"
+#include "examples/gpt/model.h"
 #include "examples/gpt/trainer.h"
 #include "gtest/gtest.h"
 #include "testing/multiprocess.h"
@@ -162,6 +163,11 @@ TEST(GptTpInvariance, Bf16LossesAtTp1Tp2Tp4CloseToEachOtherAndToF32) {
     std::vector<double> tp4_sp_rc =
         train(&ctx.comm, bf16(TinyOptions(4, true, true, dropout), DType::kF32));
     if (ctx.rank != 0) return;
+    TrainOptions f16 = TinyOptions(1, false, false, dropout);
+    f16.model.dtype = DType::kF16;
+    auto refused = GptModel::Create(**solo, f16.model);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("f16"), std::string::npos) << refused.status();
     ASSERT_EQ(f32.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(tp1.size(), static_cast<size_t>(kSteps));
     EXPECT_LT(tp1.back(), tp1.front() - 0.5) << "the tiny model should learn in bf16 too";

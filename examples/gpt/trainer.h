@@ -13,6 +13,10 @@
 // step) and the RNG tracker states; `resume` continues from the latest one
 // at any TP size (bit-identical losses at the same TP size).
 //
+// With model.dtype kBF16 the model computes in bf16 and AdamW keeps f32
+// master weights (optim/adamw.h); checkpoints hold the masters (f32), so
+// bf16 and f32 runs can resume from each other's checkpoints.
+//
 // Every rank runs Train; the progress callback and the result are the same
 // on all of them (losses are averaged over data-parallel replicas).
 #ifndef TPX_EXAMPLES_GPT_TRAINER_H_
