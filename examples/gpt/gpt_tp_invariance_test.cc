@@ -5,8 +5,8 @@
 // is the slice of the TP=1 mask). Also TP=2 x DP=2 against TP=1 on the same
 // global batch.
 //
-// bf16 mixed precision: the same comparison at TP=1, 2 and 4 within
-// kBf16TpTolerance, and the bf16 loss curve within kBf16VsF32Tolerance of
+// bf16 mixed precision: the same comparison at TP=1, 2 and 4 (and TP=2 x
+// DP=2 with gradients averaged in bf16) within kBf16TpTolerance, and the bf16 loss curve within kBf16VsF32Tolerance of
 // the f32 one.
 //
 // One 4-rank job runs all configurations of a test: sub-communicators from
@@ -162,6 +162,12 @@ TEST(GptTpInvariance, Bf16LossesAtTp1Tp2Tp4CloseToEachOtherAndToF32) {
         train(pair->get(), bf16(TinyOptions(2, true, false, dropout), DType::kBF16));
     std::vector<double> tp4_sp_rc =
         train(&ctx.comm, bf16(TinyOptions(4, true, true, dropout), DType::kF32));
+    // Data parallelism, gradients averaged in bf16, against the global batch.
+    TrainOptions global_batch = bf16(TinyOptions(1, false, false, 0.0), DType::kF32);
+    global_batch.batch = 8;
+    std::vector<double> tp1_b8 = train(solo->get(), global_batch);
+    std::vector<double> tp2_dp2 =
+        train(&ctx.comm, bf16(TinyOptions(2, false, false, 0.0), DType::kBF16));
     if (ctx.rank != 0) return;
     TrainOptions f16 = TinyOptions(1, false, false, dropout);
     f16.model.dtype = DType::kF16;
@@ -182,13 +188,16 @@ TEST(GptTpInvariance, Bf16LossesAtTp1Tp2Tp4CloseToEachOtherAndToF32) {
     const std::vector<std::pair<const char*, const std::vector<double>*>> runs = {
         {"bf16 tp2", &tp2},
         {"bf16 tp2+sp, bf16 grad reduce", &tp2_sp_bf16_reduce},
-        {"bf16 tp4+sp+recompute", &tp4_sp_rc}};
+        {"bf16 tp4+sp+recompute", &tp4_sp_rc},
+        {"bf16 tp2 x dp2, bf16 reduce", &tp2_dp2}};
     for (const auto& [name, losses] : runs) {
+      const std::vector<double>& ref = losses == &tp2_dp2 ? tp1_b8 : tp1;
+      ASSERT_EQ(ref.size(), static_cast<size_t>(kSteps));
       ASSERT_EQ(losses->size(), static_cast<size_t>(kSteps)) << name;
       double worst = 0;
       for (int s = 0; s < kSteps; ++s) {
-        EXPECT_NEAR((*losses)[s], tp1[s], kBf16TpTolerance) << name << " step " << s + 1;
-        worst = std::max(worst, std::abs((*losses)[s] - tp1[s]));
+        EXPECT_NEAR((*losses)[s], ref[s], kBf16TpTolerance) << name << " step " << s + 1;
+        worst = std::max(worst, std::abs((*losses)[s] - ref[s]));
       }
       std::printf("%-30s max |loss - bf16 TP=1 loss| over %d steps = %.3g (last %.5f)\n", name,
                   kSteps, worst, losses->back());
