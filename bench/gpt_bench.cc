@@ -2,12 +2,15 @@
 // replica), forking its own ranks, beside the same model in eager PyTorch
 // (bench/peers/gpt_pytorch.py, run when python3 can import torch). One JSON
 // line per TP size and per PyTorch thread setting:
-//   {"bench":"gpt","impl":"tpx","tp":2,"dtype":"f32","threads":1,"tokens_per_s":...,...}
+//   {"bench":"gpt","impl":"tpx","tp":2,"dtype":"f32","threads":1,"tokens_per_s":...,
+//    "final_loss":...,...}
 //   {"bench":"gpt","impl":"pytorch","tp":1,"dtype":"f32","threads":2,"omp_threads":1,
 //    "blas_threads":2,"tokens_per_s":...,...}
 //
-//   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--d_model=128 ...]
+//   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--dtype=bf16] [--d_model=128 ...]
 //       [--pytorch_threads=1:1,1:2,2:2] [--python=/usr/bin/python3]
+// final_loss is the training loss of the last step (the same seed and
+// batches for every dtype and TP size, so runs compare).
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
 // steps, the first included; validation time is excluded. Each rank gets
 // cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise ("threads").
@@ -55,7 +58,12 @@ int MeasureRank(int tp) {
   auto data = ByteDataset::FromText(text, 0.1);
   if (!data.ok()) return 1;
   TrainOptions o;
-  o.model = GptConfigFromFlags();
+  auto config = GptConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", config.status().ToString().c_str());
+    return 1;
+  }
+  o.model = *config;
   o.tp = tp;
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
@@ -72,11 +80,12 @@ int MeasureRank(int tp) {
   if ((*world)->rank() == 0) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
     std::printf(
-        "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"f32\",\"threads\":%d,"
-        "\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
+        "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
+        "\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"final_loss\":%.5f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
-        tp, GemmThreads(), r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        tp, std::string(DTypeName(o.model.dtype)).c_str(), GemmThreads(), r->tokens_per_s,
+        1000.0 * tokens_per_step / r->tokens_per_s, r->losses.empty() ? -1.0 : r->losses.back(),
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
@@ -116,7 +125,9 @@ bool RunPytorchPeer(absl::string_view setting) {
   if (access(script, R_OK) != 0) return skipped("bench/peers/gpt_pytorch.py not found");
   const std::string python = absl::GetFlag(FLAGS_python);
   if (access(python.c_str(), X_OK) != 0) return skipped("no python at " + python);
-  const GptConfig c = GptConfigFromFlags();
+  absl::StatusOr<GptConfig> config = GptConfigFromFlags();
+  if (!config.ok()) return skipped(std::string(config.status().message()));
+  const GptConfig& c = *config;
   const std::string cmd = absl::StrCat(
       "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
       " --batch=", absl::GetFlag(FLAGS_batch), " --seq_len=", c.seq_len,

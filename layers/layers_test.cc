@@ -1,6 +1,8 @@
 // Multi-rank tests of the parallel layers at TP = 1..4: outputs and every
 // gradient (input, weight, bias, main_grad over two micro-batches) against a
-// single-process reference built from tpx::ag ops on the full (TP=1) weights.
+// single-process reference built from tpx::ag ops on the full (TP=1) weights;
+// a bf16 Column -> Row MLP with f32 main_grad against the f32 reference on
+// the same bf16-rounded values.
 #include <vector>
 
 #include "core/autograd/engine.h"
@@ -354,6 +356,60 @@ void EmbeddingBody(RankContext& ctx) {
   }
 }
 
+// bf16 parameters and activations (mixed precision): GEMMs accumulate in
+// f32, weight gradients go into f32 main_grad. Tolerance: a few bf16 ulps
+// (2^-8 relative) of values of order 1, after two GEMMs and a bf16 reduction.
+void Bf16MlpBody(RankContext& ctx) {
+  comm::Communicator& tp = ctx.comm;
+  const int n = ctx.size, r = ctx.rank;
+  const int64_t T = 12, h = 8, f = 16;
+  constexpr double kBf16Tol = 3e-2;
+  auto bf16_valued = [](const Tensor& t) { return *t.To(DType::kBF16)->To(DType::kF32); };
+  const Tensor W1 = bf16_valued(Master({f, h})), W2 = bf16_valued(Master({h, f}));
+  const Tensor X = RandomTensor({T, h}, DType::kBF16, 20);
+  const Tensor DY = RandomTensor({T, h}, DType::kBF16, 21);
+  Variable xr(*X.To(DType::kF32), true), w1r(W1, true), w2r(W2, true);
+  Variable yr = *ag::Linear(*ag::Linear(xr, w1r), w2r);
+  ASSERT_TRUE(Backward(yr, *DY.To(DType::kF32)).ok());
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "sp " << sp);
+    auto fc1 = ColumnParallelLinear::Create(
+        tp, h, f,
+        {.sequence_parallel = sp, .gradient_accumulation_fusion = true,
+         .params_dtype = DType::kBF16});
+    auto fc2 = RowParallelLinear::Create(
+        tp, f, h,
+        {.input_is_parallel = true, .sequence_parallel = sp, .gradient_accumulation_fusion = true,
+         .params_dtype = DType::kBF16});
+    ASSERT_TRUE(fc1.ok() && fc2.ok());
+    ASSERT_TRUE(fc1->SetFullWeights(*W1.To(DType::kBF16)).ok());
+    ASSERT_TRUE(fc2->SetFullWeights(*W2.To(DType::kBF16)).ok());
+    for (const Variable* w : {&fc1->weight(), &fc2->weight()}) {
+      ASSERT_EQ(w->dtype(), DType::kBF16);
+      Variable handle = *w;
+      handle.set_main_grad(*Tensor::Zeros(w->shape(), DType::kF32));
+    }
+    Variable x(sp ? Piece(X, 0, n, r) : X, true);
+    auto a = fc1->Forward(x);
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->output.dtype(), DType::kBF16);
+    auto y = fc2->Forward(a->output);
+    ASSERT_TRUE(y.ok()) << y.status();
+    EXPECT_EQ(y->output.dtype(), DType::kBF16);
+    EXPECT_TRUE(TensorsClose(*y->output.value().To(DType::kF32),
+                             sp ? Piece(yr.value(), 0, n, r) : yr.value(), kBf16Tol, kBf16Tol));
+    ASSERT_TRUE(Backward(y->output, sp ? Piece(DY, 0, n, r) : DY).ok());
+    EXPECT_EQ(x.grad().dtype(), DType::kBF16);
+    EXPECT_TRUE(TensorsClose(*x.grad().To(DType::kF32), sp ? Piece(xr.grad(), 0, n, r) : xr.grad(),
+                             kBf16Tol, kBf16Tol));
+    EXPECT_EQ(fc1->weight().main_grad().dtype(), DType::kF32);
+    EXPECT_TRUE(TensorsClose(fc1->weight().main_grad(), Piece(w1r.grad(), 0, n, r), kBf16Tol,
+                             kBf16Tol));
+    EXPECT_TRUE(TensorsClose(fc2->weight().main_grad(), Piece(w2r.grad(), 1, n, r), kBf16Tol,
+                             kBf16Tol));
+  }
+}
+
 TEST(Layers, ColumnParallelLinearMatchesReference) {
   for (int n : {1, 2, 3, 4}) {
     SCOPED_TRACE(n);
@@ -365,6 +421,13 @@ TEST(Layers, RowParallelLinearMatchesReference) {
   for (int n : {1, 2, 3, 4}) {
     SCOPED_TRACE(n);
     RunOnRanks(n, RowBody);
+  }
+}
+
+TEST(Layers, Bf16ColumnRowMlpWithF32MainGradMatchesF32Reference) {
+  for (int n : {1, 2, 4}) {
+    SCOPED_TRACE(n);
+    RunOnRanks(n, Bf16MlpBody);
   }
 }
 

@@ -28,6 +28,12 @@ absl::Status StepWithOps(const Tensor& p, const Tensor& g, const Tensor& m, cons
   return ops::AddInPlace(p, update, -step_size);
 }
 
+// A bf16 parameter takes its master's new values; an f32 one is its master.
+absl::Status RefreshWorkingWeight(const Variable& param, const Tensor& master) {
+  if (param.value().dtype() == DType::kF32) return absl::OkStatus();
+  return param.value().CopyFrom(master);
+}
+
 }  // namespace
 
 absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions options) {
@@ -43,13 +49,20 @@ absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions opti
   AdamW opt(std::move(params), options);
   for (size_t i = 0; i < opt.params_.size(); ++i) {
     const Variable& v = opt.params_[i].var;
-    if (!v.is_leaf() || !v.requires_grad() || v.value().dtype() != DType::kF32 ||
+    const DType dtype = v.value().dtype();
+    if (!v.is_leaf() || !v.requires_grad() || (dtype != DType::kF32 && dtype != DType::kBF16) ||
         !v.value().is_contiguous()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "AdamW: parameter ", i, " ('", v.name(), "', ", v.value().ToString(),
-          ") must be a contiguous f32 leaf that requires grad"));
+          ") must be a contiguous f32 or bf16 leaf that requires grad"));
     }
     const Device device = v.value().device();
+    if (dtype == DType::kF32) {
+      opt.master_.push_back(v.value());
+    } else {
+      TPX_ASSIGN_OR_RETURN(Tensor master, v.value().To(DType::kF32));  // a new f32 copy
+      opt.master_.push_back(std::move(master));
+    }
     TPX_ASSIGN_OR_RETURN(Tensor m, Tensor::Zeros(v.shape(), DType::kF32, device));
     TPX_ASSIGN_OR_RETURN(Tensor s, Tensor::Zeros(v.shape(), DType::kF32, device));
     opt.exp_avg_.push_back(std::move(m));
@@ -93,12 +106,14 @@ absl::Status AdamW::Step(double lr) {
         params_[i].weight_decay ? static_cast<float>(1.0 - lr * options_.weight_decay) : 1.0f;
     const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
     const float eps = static_cast<float>(options_.eps);
-    if (!options_.fused || !v.value().device().is_cpu()) {
-      TPX_RETURN_IF_ERROR(StepWithOps(v.value(), g_c, exp_avg_[i], exp_avg_sq_[i], decay,
+    const Tensor& master = master_[i];
+    if (!options_.fused || !master.device().is_cpu()) {
+      TPX_RETURN_IF_ERROR(StepWithOps(master, g_c, exp_avg_[i], exp_avg_sq_[i], decay,
                                       fb1, fb2, step_size, inv_sqrt_bias2, eps));
+      TPX_RETURN_IF_ERROR(RefreshWorkingWeight(v, master));
       continue;
     }
-    float* p = v.value().data<float>();
+    float* p = master.data<float>();
     const float* g = g_c.data<float>();
     float* m = exp_avg_[i].data<float>();
     float* s = exp_avg_sq_[i].data<float>();
@@ -109,6 +124,14 @@ absl::Status AdamW::Step(double lr) {
       s[j] = fb2 * s[j] + (1.0f - fb2) * g[j] * g[j];
       p[j] -= step_size * m[j] / (std::sqrt(s[j]) * inv_sqrt_bias2 + eps);
     }
+    TPX_RETURN_IF_ERROR(RefreshWorkingWeight(v, master));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdamW::RefreshWorkingWeights() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    TPX_RETURN_IF_ERROR(RefreshWorkingWeight(params_[i].var, master_[i]));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,5 @@
-// AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), on f32
-// parameters held as autograd leaves.
+// AdamW: Adam with decoupled weight decay (Loshchilov & Hutter), on
+// parameters held as autograd leaves, with f32 master weights for bf16 ones.
 //
 //   std::vector<optim::AdamW::Param> params = {{w, /*decay=*/true}, {ln_gain, false}};
 //   TPX_ASSIGN_OR_RETURN(optim::AdamW opt, optim::AdamW::Create(params, {.weight_decay = 0.1}));
@@ -16,6 +16,13 @@
 // moments do not advance), as in PyTorch. Moments live on the parameter's
 // device; CPU parameters update in one fused loop (AdamWOptions::fused),
 // others through core ops.
+//
+// Mixed precision (Megatron's --bf16): a bf16 parameter is the working copy
+// the model computes with. The optimizer keeps an f32 master copy of it
+// (master(i)), applies the update above to the master in f32 from the
+// gradient read as f32 (bf16 grad(), or an f32 one), then refreshes the bf16
+// working weights from it (round to nearest even). Moments are always f32.
+// An f32 parameter is its own master.
 // Thread-safety: none; one thread drives an optimizer.
 #ifndef TPX_OPTIM_ADAMW_H_
 #define TPX_OPTIM_ADAMW_H_
@@ -48,7 +55,7 @@ class AdamW {
     bool weight_decay = true;
   };
 
-  // Errors: a parameter that is not a contiguous f32 leaf requiring grad;
+  // Errors: a parameter that is not a contiguous f32 or bf16 leaf requiring grad;
   // betas outside [0, 1); eps or weight_decay negative.
   static absl::StatusOr<AdamW> Create(std::vector<Param> params, AdamWOptions options = {});
 
@@ -61,6 +68,12 @@ class AdamW {
 
   int64_t steps_taken() const { return steps_; }
   const std::vector<Param>& params() const { return params_; }
+  // The f32 weights the update applies to: parameter i's value when it is
+  // f32, else its master copy. Checkpoints save and load these; after
+  // writing into them, RefreshWorkingWeights() updates the bf16 parameters.
+  const Tensor& master(size_t i) const { return master_[i]; }
+  // Copies every master into its bf16 working parameter (no-op for f32 ones).
+  absl::Status RefreshWorkingWeights();
   // First and second moments of parameter i (for tests and checkpoints).
   const Tensor& exp_avg(size_t i) const { return exp_avg_[i]; }
   const Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_[i]; }
@@ -77,6 +90,7 @@ class AdamW {
 
   std::vector<Param> params_;
   AdamWOptions options_;
+  std::vector<Tensor> master_;
   std::vector<Tensor> exp_avg_;
   std::vector<Tensor> exp_avg_sq_;
   std::vector<int64_t> param_steps_;

@@ -97,11 +97,55 @@ TEST_P(AdamWOnDevice, SkipsParamsWithoutGradAndZeroGradClears) {
   EXPECT_FALSE(a.grad().defined());
 }
 
+// A bf16 parameter steps exactly like an f32 one holding the same values and
+// gradients (that f32 parameter is the master), and its working copy is the
+// master rounded to bf16 after every step.
+TEST_P(AdamWOnDevice, Bf16ParameterUpdatesAnF32MasterAndRefreshesItsWorkingCopy) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "core ops");
+    const std::vector<float> init = {0.7f, -1.3f, 0.01f, 2.5f, 1e-3f};
+    Variable working(*TestFromVector<float>(init, {5}, DType::kBF16), true, "w");
+    Variable reference(*working.value().To(DType::kF32), true, "w_ref");
+    auto opt = AdamW::Create({{working, true}, {reference, true}},
+                             {.weight_decay = 0.1, .fused = fused});
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    ASSERT_EQ(opt->master(0).dtype(), DType::kF32);
+    EXPECT_EQ(opt->master(1).raw_data(), reference.value().raw_data()) << "f32: its own master";
+    for (int t = 1; t <= 30; ++t) {
+      // Gradients pull towards 1; a bf16 gradient for the bf16 parameter,
+      // except every third step an f32 one (as after an f32 reduction).
+      std::vector<float> g = opt->master(0).ToVector<float>();
+      for (float& x : g) x = 3.0f * (x - 1.0f);
+      Tensor g_bf16 = *TestFromVector<float>(g, {5}, DType::kBF16);
+      Tensor g_f32 = *g_bf16.To(DType::kF32);
+      ASSERT_TRUE(working.set_grad(t % 3 == 0 ? g_f32 : g_bf16).ok());
+      ASSERT_TRUE(reference.set_grad(*g_f32.Clone()).ok());
+      ASSERT_TRUE(opt->Step(0.05).ok());
+      ASSERT_EQ(opt->master(0).ToVector<float>(), reference.value().ToVector<float>())
+          << "step " << t;
+      ASSERT_EQ(working.value().ToVector<float>(),
+                opt->master(0).To(DType::kBF16)->ToVector<float>())
+          << "step " << t;
+    }
+    // The master moved by less than a bf16 ulp in some steps, which the
+    // working copy alone could not represent.
+    EXPECT_NE(opt->master(0).ToVector<float>(), working.value().ToVector<float>());
+    // Loading a checkpoint writes into the masters; the refresh follows.
+    ASSERT_TRUE(opt->master(0).CopyFrom(*TestFromVector<float>({1, 2, 3, 4, 5}, {5})).ok());
+    ASSERT_TRUE(opt->RefreshWorkingWeights().ok());
+    EXPECT_EQ(working.value().ToVector<float>(), (std::vector<float>{1, 2, 3, 4, 5}));
+  }
+}
+
 TEST(AdamW, RejectsBadArguments) {
   Variable frozen(*Tensor::FromVector<float>({1.0f}, {1}), false, "frozen");
   auto bad = AdamW::Create({{frozen, true}});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("frozen"), std::string::npos) << bad.status();
+  Variable half(*Tensor::FromVector<float>({1.0f}, {1}, DType::kF16), true, "half");
+  auto f16 = AdamW::Create({{half, true}});
+  ASSERT_FALSE(f16.ok());
+  EXPECT_NE(f16.status().message().find("half"), std::string::npos) << f16.status();
   EXPECT_FALSE(AdamW::Create({}, {.beta1 = 1.0}).ok());
   EXPECT_FALSE(AdamW::Create({}, {.weight_decay = -1}).ok());
 }

@@ -80,6 +80,17 @@ TEST(ClipGradNorm, GlobalNormAcrossTensorParallelRanksCountsDuplicatesOnce) {
       ASSERT_TRUE(p.set_grad(*Tensor::Full({4}, ctx.rank + 1.0)).ok());
       ASSERT_TRUE(AllReduceGradients(ctx.comm, {p}).ok());
       EXPECT_FLOAT_EQ(p.grad().ToVector<float>()[3], (ctx.size + 1) / 2.0f);
+      // bf16 gradients: reduced in f32 they become f32; in bf16 they stay bf16.
+      for (DType reduce : {DType::kF32, DType::kBF16}) {
+        Variable h(*Tensor::Zeros({4}, DType::kBF16), true, "h");
+        ASSERT_TRUE(h.set_grad(*Tensor::Full({4}, ctx.rank + 1.0, DType::kBF16)).ok());
+        ASSERT_TRUE(AllReduceGradients(ctx.comm, {h}, reduce).ok());
+        EXPECT_EQ(h.grad().dtype(), ctx.size == 1 ? DType::kBF16 : reduce);
+        EXPECT_FLOAT_EQ(h.grad().ToVector<float>()[3], (ctx.size + 1) / 2.0f);
+        EXPECT_TRUE(AllReduceGradient(ctx.comm, h, comm::ReduceOp::kSum, DType::kF16)
+                        .message()
+                        .find("f16") != std::string::npos);
+      }
     });
   }
 }

@@ -62,6 +62,23 @@ TEST(ShardedTensor, ExtractAndAssignMatchTheStridedSlices) {
   EXPECT_FALSE(AssignFromShard(*spec, *Tensor::Zeros({6, 3}, DType::kBF16)).ok());
 }
 
+TEST(ShardedTensor, WithTensorKeepsTheLayoutAndTakesTheNewDtype) {
+  // A bf16 parameter's shard described over its f32 master copy.
+  const Tensor local = RandomTensor({2, 4}, DType::kBF16, 3);
+  auto spec = ShardedTensor::Split("w", local, 1, /*tp_rank=*/1, /*tp_size=*/2);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const Tensor master = *local.To(DType::kF32);
+  auto as_f32 = spec->WithTensor("w", master);
+  ASSERT_TRUE(as_f32.ok()) << as_f32.status();
+  EXPECT_EQ(as_f32->dtype, DType::kF32);
+  EXPECT_EQ(as_f32->global_shape, spec->global_shape);
+  EXPECT_EQ(as_f32->pieces, spec->pieces);
+  EXPECT_EQ(as_f32->local.raw_data(), master.raw_data());
+  auto wrong = spec->WithTensor("optimizer.exp_avg.w", RandomTensor({4, 2}, DType::kF32, 4));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("optimizer.exp_avg.w"), std::string::npos);
+}
+
 TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   std::vector<Tensor> tensors = {RandomTensor({2, 3}, DType::kF32, 1),
                                  RandomTensor({5}, DType::kBF16, 2),

@@ -84,15 +84,15 @@ absl::StatusOr<ShardedTensor> ShardedTensor::Replicated(std::string name, const 
 
 absl::StatusOr<ShardedTensor> ShardedTensor::WithTensor(std::string new_name,
                                                         const Tensor& other) const {
-  if (!other.defined() || !other.is_contiguous() || other.shape() != LocalShape() ||
-      other.dtype() != dtype) {
+  if (!other.defined() || !other.is_contiguous() || other.shape() != LocalShape()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ShardedTensor '", new_name, "': needs a contiguous ", std::string(DTypeName(dtype)),
-        " tensor of ", ShapeString(LocalShape()), " like '", name, "', got ",
+        "ShardedTensor '", new_name, "': needs a contiguous tensor of ",
+        ShapeString(LocalShape()), " like '", name, "', got ",
         other.defined() ? other.ToString() : "an undefined tensor"));
   }
   ShardedTensor t = *this;
   t.name = std::move(new_name);
+  t.dtype = other.dtype();
   t.local = other;
   return t;
 }

@@ -73,7 +73,8 @@ struct ShardedTensor {
   static absl::StatusOr<ShardedTensor> Replicated(std::string name, const Tensor& local,
                                                   int tp_rank);
   // The same layout over another tensor of the local shape (e.g. an
-  // optimizer moment of this parameter), under another name.
+  // optimizer moment of this parameter, or the f32 master of a bf16 one),
+  // under another name; the dtype is other's.
   absl::StatusOr<ShardedTensor> WithTensor(std::string new_name, const Tensor& other) const;
 };
 

@@ -66,14 +66,32 @@ absl::Status RankMain() {
         absl::StrCat("--num_samples ", samples, " must be at least 1"));
   }
 
-  TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, GptConfigFromFlags()));
+  TPX_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromFlags());
+  TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, config));
   std::string load = absl::GetFlag(FLAGS_load);
   // Under `bazel run`, a relative path means the caller's directory.
   const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
   if (!load.empty() && load[0] != '/' && wd != nullptr) load = absl::StrCat(wd, "/", load);
   if (!load.empty()) {
+    // Checkpoints hold f32 weights (a bf16 run saves its f32 masters): a
+    // bf16 model loads them into f32 copies and rounds them into its own.
     TPX_ASSIGN_OR_RETURN(std::vector<sharded_state::ShardedTensor> weights, model->ShardedState());
-    TPX_RETURN_IF_ERROR(sharded_state::LoadShardedState(*world, load, weights).status());
+    std::vector<sharded_state::ShardedTensor> staged;
+    for (const sharded_state::ShardedTensor& w : weights) {
+      if (w.dtype == DType::kF32) {
+        staged.push_back(w);
+        continue;
+      }
+      TPX_ASSIGN_OR_RETURN(Tensor f32, Tensor::Empty(w.local.shape(), DType::kF32));
+      TPX_ASSIGN_OR_RETURN(sharded_state::ShardedTensor s, w.WithTensor(w.name, f32));
+      staged.push_back(std::move(s));
+    }
+    TPX_RETURN_IF_ERROR(sharded_state::LoadShardedState(*world, load, staged).status());
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (weights[i].dtype != DType::kF32) {
+        TPX_RETURN_IF_ERROR(weights[i].local.CopyFrom(staged[i].local));
+      }
+    }
   }
   TPX_RETURN_IF_ERROR(rng::ModelParallelManualSeed(absl::GetFlag(FLAGS_sample_seed), tp.rank(), 0,
                                                    0, rng::SeedMode::kTpInvariant));

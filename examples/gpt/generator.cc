@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const GptModel& mod
     l.attn_out = std::make_unique<layers::InferenceRowParallelLinear>(std::move(attn_out));
     l.fc2 = std::make_unique<layers::InferenceRowParallelLinear>(std::move(fc2));
     const Shape cache{options.max_batch, heads, c.seq_len, head_dim};
-    TPX_ASSIGN_OR_RETURN(l.k_cache, Tensor::Zeros(cache, DType::kF32, c.device));
-    TPX_ASSIGN_OR_RETURN(l.v_cache, Tensor::Zeros(cache, DType::kF32, c.device));
+    TPX_ASSIGN_OR_RETURN(l.k_cache, Tensor::Zeros(cache, c.dtype, c.device));
+    TPX_ASSIGN_OR_RETURN(l.v_cache, Tensor::Zeros(cache, c.dtype, c.device));
     gen->layers_.push_back(std::move(l));
   }
   if (gen->layers_.empty()) return absl::InvalidArgumentError("Generator: the model has no layers");
@@ -170,8 +170,10 @@ absl::StatusOr<Tensor> Generator::Step(const std::vector<int64_t>& tokens, int64
   }
   TPX_ASSIGN_OR_RETURN(Tensor ids_t, OnDevice(ids, {padded}, c.device));
   TPX_ASSIGN_OR_RETURN(Tensor id_mask_t, OnDevice(id_mask, {padded, 1}, c.device));
+  TPX_ASSIGN_OR_RETURN(id_mask_t, id_mask_t.To(c.dtype));
   TPX_ASSIGN_OR_RETURN(Tensor pos_t, OnDevice(pos, {local}, c.device));
   TPX_ASSIGN_OR_RETURN(Tensor pos_mask_t, OnDevice(pos_mask, {local, 1}, c.device));
+  TPX_ASSIGN_OR_RETURN(pos_mask_t, pos_mask_t.To(c.dtype));
   TPX_ASSIGN_OR_RETURN(Tensor partial, ops::IndexSelect(table, 0, ids_t));
   TPX_ASSIGN_OR_RETURN(partial, ops::Mul(partial, id_mask_t));
   TPX_ASSIGN_OR_RETURN(Tensor residual,
@@ -244,7 +246,8 @@ absl::StatusOr<Tensor> Generator::Step(const std::vector<int64_t>& tokens, int64
     TPX_ASSIGN_OR_RETURN(all, all.Contiguous());
     TPX_ASSIGN_OR_RETURN(logits, all.View({batch, c.vocab_size}));
   }
-  return logits.To(Device::CPU());
+  TPX_ASSIGN_OR_RETURN(logits, logits.To(Device::CPU()));
+  return logits.To(DType::kF32);  // sampling reads f32 whatever the model's dtype
 }
 
 absl::StatusOr<Tensor> Generator::Attention(Layer& L, const Tensor& qkv, int64_t t, int64_t batch,
@@ -282,6 +285,7 @@ absl::StatusOr<Tensor> Generator::Attention(Layer& L, const Tensor& qkv, int64_t
       for (int64_t j = p0 + i + 1; j < total; ++j) m[i * total + j] = -1e9f;
     }
     TPX_ASSIGN_OR_RETURN(Tensor mask, OnDevice(m, {t, total}, c.device));
+    TPX_ASSIGN_OR_RETURN(mask, mask.To(scores.dtype()));
     TPX_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
   }
   TPX_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores, -1));

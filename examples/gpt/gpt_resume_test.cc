@@ -3,7 +3,10 @@
 // (dropout on, so the RNG tracker states matter; the first half saves
 // asynchronously after every step, the resumed half synchronously); resuming the same
 // checkpoint at TP=1 and TP=4 stays within the example's TP-invariance
-// tolerance. Every run is its own set of real processes over UCX.
+// tolerance. In bf16 (f32 master weights): the same bit-identical resume at
+// TP=2, the checkpoint holds only f32 tensors, and an f32 run at TP=1
+// resumes from it within bf16's tolerance. Every run is its own set of real
+// processes over UCX.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +16,7 @@
 
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/trainer.h"
+#include "sharded_state/metadata.h"
 #include "gtest/gtest.h"
 #include "testing/multiprocess.h"
 
@@ -121,6 +125,55 @@ TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
   }
   // Without a resume the resumed losses differ: the state really came from the checkpoint.
   EXPECT_NE(straight.losses[kSteps / 2], straight.losses[0]);
+}
+
+TEST(GptResume, Bf16ResumesBitIdenticallyFromF32MasterWeights) {
+  setenv("TPX_NUM_THREADS", "1", 0);
+  auto bf16 = [](TrainOptions o) {
+    o.model.dtype = DType::kBF16;
+    return o;
+  };
+  const RunResult straight = TrainInProcesses(2, bf16(Options(2)), Tmp("bf16_straight"));
+  ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
+
+  TrainOptions first_half = bf16(Options(2));
+  first_half.save_dir = Tmp("bf16_ckpt");
+  first_half.stop_after = kSteps / 2;
+  const RunResult first = TrainInProcesses(2, first_half, Tmp("bf16_first"));
+  ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
+  std::filesystem::copy(Tmp("bf16_ckpt"), Tmp("bf16_ckpt_f32"),
+                        std::filesystem::copy_options::recursive);
+  auto meta = sharded_state::ReadMetadata(Tmp("bf16_ckpt") + "/step-00000004");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_TRUE(meta->tensors.contains("block0.qkv.weight"));
+  for (const auto& [name, layout] : meta->tensors) {
+    if (name == "optimizer.param_steps") continue;
+    EXPECT_EQ(layout.dtype, DType::kF32) << name << " is not saved as f32 master weights";
+  }
+
+  TrainOptions second_half = bf16(Options(2));
+  second_half.save_dir = Tmp("bf16_ckpt");
+  second_half.resume = true;
+  const RunResult second = TrainInProcesses(2, second_half, Tmp("bf16_second"));
+  EXPECT_EQ(second.first_step, kSteps / 2);
+  ASSERT_EQ(second.losses.size(), static_cast<size_t>(kSteps / 2));
+  for (int s = 0; s < kSteps; ++s) {
+    const double resumed = s < kSteps / 2 ? first.losses[s] : second.losses[s - kSteps / 2];
+    EXPECT_EQ(resumed, straight.losses[s]) << "bf16 step " << s + 1 << " is not bit-identical";
+  }
+
+  // The f32 masters resume an f32 run (at TP=1): bf16's tolerance
+  // (gpt_tp_invariance_test's kBf16VsF32Tolerance).
+  TrainOptions f32 = Options(1);
+  f32.save_dir = Tmp("bf16_ckpt_f32");
+  f32.resume = true;
+  const RunResult f32_run = TrainInProcesses(1, f32, Tmp("bf16_f32"));
+  EXPECT_EQ(f32_run.first_step, kSteps / 2);
+  ASSERT_EQ(f32_run.losses.size(), static_cast<size_t>(kSteps / 2));
+  for (int s = 0; s < kSteps / 2; ++s) {
+    EXPECT_NEAR(f32_run.losses[s], straight.losses[s + kSteps / 2], 1e-2)
+        << "f32 resume step " << s + kSteps / 2 + 1;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "core/status_macros.h"
 #include "layers/init.h"
 #include "loss/cross_entropy.h"
+#include "optim/grad_sync.h"
 #include "parallel/mappings.h"
 #include "rng/dropout.h"
 #include "rng/random.h"
@@ -22,8 +23,9 @@ namespace {
 
 constexpr double kInitStd = 0.02;
 
-absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, Device device) {
-  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Full(std::move(shape), value, DType::kF32, device));
+absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, DType dtype,
+                                Device device) {
+  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Full(std::move(shape), value, dtype, device));
   return Variable(t, /*requires_grad=*/true, std::move(name));
 }
 
@@ -53,6 +55,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                                    c.seq_len, " divisible by the TP size ",
                                                    tp_size));
   }
+  if (c.dtype != DType::kF32 && c.dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat("GptModel: dtype must be f32 or bf16, got ",
+                                                   std::string(DTypeName(c.dtype))));
+  }
   if (!(c.dropout >= 0 && c.dropout < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: dropout ", c.dropout,
                                                    " outside [0, 1)"));
@@ -70,12 +76,14 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                                        {.sequence_parallel = sp,
                                                         .init_method = layers::NormalInit(kInitStd),
                                                         .seed = ++next_seed,
+                                                        .params_dtype = c.dtype,
                                                         .device = c.device}));
   model->embedding_ = std::make_unique<layers::VocabParallelEmbedding>(std::move(emb));
   model->AddParam(model->embedding_->weight(), false, false, true);
 
   TPX_ASSIGN_OR_RETURN(Tensor pos, Tensor::Empty({c.seq_len, c.d_model}, DType::kF32, c.device));
   TPX_RETURN_IF_ERROR(layers::FillNormal(pos, ++next_seed, 0.0, kInitStd));
+  TPX_ASSIGN_OR_RETURN(pos, pos.To(c.dtype));
   model->positions_ = Variable(pos, true, "positions");
   model->AddParam(model->positions_, true, sp, true);
 
@@ -84,10 +92,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
   for (int64_t l = 0; l < c.n_layers; ++l) {
     Block b;
     const std::string p = absl::StrCat("block", l, ".");
-    TPX_ASSIGN_OR_RETURN(b.ln1_w, Filled({c.d_model}, 1.0, p + "ln1.weight", c.device));
-    TPX_ASSIGN_OR_RETURN(b.ln1_b, Filled({c.d_model}, 0.0, p + "ln1.bias", c.device));
-    TPX_ASSIGN_OR_RETURN(b.ln2_w, Filled({c.d_model}, 1.0, p + "ln2.weight", c.device));
-    TPX_ASSIGN_OR_RETURN(b.ln2_b, Filled({c.d_model}, 0.0, p + "ln2.bias", c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln1_w, Filled({c.d_model}, 1.0, p + "ln1.weight", c.dtype, c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln1_b, Filled({c.d_model}, 0.0, p + "ln1.bias", c.dtype, c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln2_w, Filled({c.d_model}, 1.0, p + "ln2.weight", c.dtype, c.device));
+    TPX_ASSIGN_OR_RETURN(b.ln2_b, Filled({c.d_model}, 0.0, p + "ln2.bias", c.dtype, c.device));
     // Fused QKV rows are [q | k | v], each head-major; stride 3 hands every
     // rank the q, k and v rows of its own heads.
     TPX_ASSIGN_OR_RETURN(
@@ -96,6 +104,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                                         .stride = 3,
                                                         .init_method = layers::NormalInit(kInitStd),
                                                         .seed = ++next_seed,
+                                                        .params_dtype = c.dtype,
                                                         .device = c.device}));
     TPX_ASSIGN_OR_RETURN(auto attn_out, layers::RowParallelLinear::Create(
                                             tp, c.d_model, c.d_model,
@@ -103,12 +112,14 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                              .sequence_parallel = sp,
                                              .init_method = layers::NormalInit(out_std),
                                              .seed = ++next_seed,
+                                             .params_dtype = c.dtype,
                                              .device = c.device}));
     TPX_ASSIGN_OR_RETURN(
         auto fc1, layers::ColumnParallelLinear::Create(tp, c.d_model, c.d_ff,
                                                        {.sequence_parallel = sp,
                                                         .init_method = layers::NormalInit(kInitStd),
                                                         .seed = ++next_seed,
+                                                        .params_dtype = c.dtype,
                                                         .device = c.device}));
     TPX_ASSIGN_OR_RETURN(
         auto fc2, layers::RowParallelLinear::Create(tp, c.d_ff, c.d_model,
@@ -116,6 +127,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                                      .sequence_parallel = sp,
                                                      .init_method = layers::NormalInit(out_std),
                                                      .seed = ++next_seed,
+                                                     .params_dtype = c.dtype,
                                                      .device = c.device}));
     b.qkv = std::make_unique<layers::ColumnParallelLinear>(std::move(qkv));
     b.attn_out = std::make_unique<layers::RowParallelLinear>(std::move(attn_out));
@@ -133,8 +145,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
     model->AddParam(b.fc2->bias(), true, sp, false);
     model->blocks_.push_back(std::move(b));
   }
-  TPX_ASSIGN_OR_RETURN(model->lnf_w_, Filled({c.d_model}, 1.0, "lnf.weight", c.device));
-  TPX_ASSIGN_OR_RETURN(model->lnf_b_, Filled({c.d_model}, 0.0, "lnf.bias", c.device));
+  TPX_ASSIGN_OR_RETURN(model->lnf_w_, Filled({c.d_model}, 1.0, "lnf.weight", c.dtype, c.device));
+  TPX_ASSIGN_OR_RETURN(model->lnf_b_, Filled({c.d_model}, 0.0, "lnf.bias", c.dtype, c.device));
   model->AddParam(model->lnf_w_, true, sp, false);
   model->AddParam(model->lnf_b_, true, sp, false);
   return model;
@@ -305,11 +317,12 @@ absl::StatusOr<Variable> GptModel::Loss(const Tensor& tokens, const Tensor& targ
   return loss::MeanOverNonIgnored(per_token, targets);
 }
 
-absl::Status GptModel::AllReduceSequenceParallelGrads() const {
+absl::Status GptModel::AllReduceSequenceParallelGrads(DType reduce_dtype) const {
   if (!config_.sequence_parallel || tp_->size() == 1) return absl::OkStatus();
   for (const ModelParam& p : params_) {
-    if (!p.sequence_parallel_partial || !p.var.grad().defined()) continue;
-    TPX_RETURN_IF_ERROR(tp_->AllReduce(p.var.grad(), comm::ReduceOp::kSum).Wait());
+    if (!p.sequence_parallel_partial) continue;
+    TPX_RETURN_IF_ERROR(
+        optim::AllReduceGradient(*tp_, p.var, comm::ReduceOp::kSum, reduce_dtype));
   }
   return absl::OkStatus();
 }

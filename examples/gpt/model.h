@@ -49,6 +49,10 @@ struct GptConfig {
   // Recompute each block's activations in Backward (checkpoint/).
   bool activation_checkpointing = false;
   uint64_t seed = 1234;
+  // Parameters and activations: kF32, or kBF16 for mixed precision (GEMMs
+  // accumulate in f32; norm, softmax and loss statistics are computed in
+  // f32; the optimizer keeps f32 master weights, optim/adamw.h).
+  DType dtype = DType::kF32;
   // Where parameters and activations live; CUDA needs a device backend
   // (nccl) and //core/cuda linked in.
   Device device = Device::CPU();
@@ -81,8 +85,9 @@ class GptModel {
   absl::StatusOr<Variable> Loss(const Tensor& tokens, const Tensor& targets, bool training) const;
 
   // All-reduces over tp the gradients of replicated parameters that are
-  // partial under sequence parallelism (no-op otherwise).
-  absl::Status AllReduceSequenceParallelGrads() const;
+  // partial under sequence parallelism (no-op otherwise), in reduce_dtype
+  // (optim/grad_sync.h).
+  absl::Status AllReduceSequenceParallelGrads(DType reduce_dtype = DType::kF32) const;
 
   const std::vector<ModelParam>& params() const { return params_; }
   // Every parameter as a shard of its global tensor, in the order of

@@ -16,10 +16,17 @@ ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
 ABSL_FLAG(bool, sequence_parallel, false, "Sequence parallelism in the LayerNorm/dropout regions.");
 ABSL_FLAG(bool, recompute, false, "Activation checkpointing: recompute every block in backward.");
 ABSL_FLAG(uint64_t, seed, 1234, "Seed of weights, dropout and batches.");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Parameters and activations: f32, or bf16 (mixed precision with f32 master weights).");
 
 namespace tpx::gpt {
 
-GptConfig GptConfigFromFlags() {
+absl::StatusOr<GptConfig> GptConfigFromFlags() {
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "f32" && dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be f32 or bf16, got '", dtype, "'"));
+  }
   return GptConfig{.vocab_size = ByteDataset::kVocabSize,
                    .seq_len = absl::GetFlag(FLAGS_seq_len),
                    .d_model = absl::GetFlag(FLAGS_d_model),
@@ -29,11 +36,12 @@ GptConfig GptConfigFromFlags() {
                    .dropout = absl::GetFlag(FLAGS_dropout),
                    .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
                    .activation_checkpointing = absl::GetFlag(FLAGS_recompute),
-                   .seed = absl::GetFlag(FLAGS_seed)};
+                   .seed = absl::GetFlag(FLAGS_seed),
+                   .dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32};
 }
 
 absl::Status CheckModelFlags() {
-  const GptConfig c = GptConfigFromFlags();
+  TPX_ASSIGN_OR_RETURN(const GptConfig c, GptConfigFromFlags());
   const int64_t batch = absl::GetFlag(FLAGS_batch);
   TPX_RETURN_IF_ERROR(CheckAtLeast("batch", batch, 1));
   TPX_RETURN_IF_ERROR(CheckAtLeast("seq_len", c.seq_len, 1));

@@ -3,15 +3,17 @@
 // (bench/gpt_bench.cc) so both describe a model the same way.
 //
 //   TrainOptions o;
-//   o.model = GptConfigFromFlags();
+//   TPX_ASSIGN_OR_RETURN(o.model, GptConfigFromFlags());
 //   o.batch = absl::GetFlag(FLAGS_batch);
 #ifndef TPX_EXAMPLES_GPT_MODEL_FLAGS_H_
 #define TPX_EXAMPLES_GPT_MODEL_FLAGS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "examples/gpt/model.h"
 
 ABSL_DECLARE_FLAG(int64_t, batch);
@@ -24,11 +26,13 @@ ABSL_DECLARE_FLAG(double, dropout);
 ABSL_DECLARE_FLAG(bool, sequence_parallel);
 ABSL_DECLARE_FLAG(bool, recompute);
 ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, dtype);
 
 namespace tpx::gpt {
 
 // The model described by the flags above (byte vocabulary).
-GptConfig GptConfigFromFlags();
+// Error: a --dtype other than f32 or bf16.
+absl::StatusOr<GptConfig> GptConfigFromFlags();
 
 // Checks the flags above: sizes positive, --n_heads divides --d_model,
 // --dropout in [0, 1), and no activation, attention or logit tensor larger

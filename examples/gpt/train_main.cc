@@ -44,6 +44,8 @@ ABSL_FLAG(double, min_lr, 3e-4, "Final learning rate of the cosine decay.");
 ABSL_FLAG(int64_t, warmup, 50, "Linear warm-up steps.");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only).");
 ABSL_FLAG(double, clip, 1.0, "Clip gradients to this global norm.");
+ABSL_FLAG(std::string, grad_reduce_dtype, "f32",
+          "With --dtype=bf16: reduce gradients across ranks in f32 or bf16.");
 ABSL_FLAG(int64_t, log_interval, 10, "Steps between progress lines.");
 ABSL_FLAG(int64_t, eval_interval, 100, "Steps between validation losses.");
 ABSL_FLAG(int64_t, eval_batches, 4, "Validation batches per evaluation.");
@@ -134,7 +136,7 @@ absl::Status RankMain() {
   TPX_ASSIGN_OR_RETURN(ByteDataset data, ByteDataset::Load(path, /*val_fraction=*/0.1));
 
   TrainOptions o;
-  o.model = GptConfigFromFlags();
+  TPX_ASSIGN_OR_RETURN(o.model, GptConfigFromFlags());
   const std::string device = absl::GetFlag(FLAGS_device);
   if (device == "cuda") {
     if (!world->device_memory() || world->device() < 0) {
@@ -155,6 +157,12 @@ absl::Status RankMain() {
   o.min_lr = absl::GetFlag(FLAGS_min_lr);
   o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.clip_norm = absl::GetFlag(FLAGS_clip);
+  const std::string reduce_dtype = absl::GetFlag(FLAGS_grad_reduce_dtype);
+  if (reduce_dtype != "f32" && reduce_dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--grad_reduce_dtype must be f32 or bf16, got '", reduce_dtype, "'"));
+  }
+  o.grad_reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   o.log_interval = absl::GetFlag(FLAGS_log_interval);
   o.eval_interval = absl::GetFlag(FLAGS_eval_interval);
   o.eval_batches = absl::GetFlag(FLAGS_eval_batches);

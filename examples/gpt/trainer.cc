@@ -93,13 +93,19 @@ constexpr char kRngKey[] = "rng_states";
 constexpr char kParamStepsName[] = "optimizer.param_steps";
 
 // Model, AdamW moments and per-parameter step counts as one sharded state.
-// param_steps: an i64 [num_params] tensor (replicated).
+// param_steps: an i64 [num_params] tensor (replicated). The model's tensors
+// are the optimizer's f32 masters (the parameters themselves in f32), so a
+// checkpoint holds f32 weights whatever the training dtype; after loading
+// into them, AdamW::RefreshWorkingWeights() updates bf16 parameters.
 absl::StatusOr<std::vector<sharded_state::ShardedTensor>> TrainingState(
     const GptModel& model, const optim::AdamW& adam, const Tensor& param_steps, int tp_rank,
     bool with_optimizer) {
   TPX_ASSIGN_OR_RETURN(std::vector<sharded_state::ShardedTensor> state, model.ShardedState());
-  if (!with_optimizer) return state;
   const size_t n = state.size();
+  for (size_t i = 0; i < n; ++i) {  // ShardedState() lists params() in order
+    TPX_ASSIGN_OR_RETURN(state[i], state[i].WithTensor(state[i].name, adam.master(i)));
+  }
+  if (!with_optimizer) return state;
   for (size_t i = 0; i < n; ++i) {
     TPX_ASSIGN_OR_RETURN(auto m, state[i].WithTensor("optimizer.exp_avg." + state[i].name,
                                                      adam.exp_avg(i)));
@@ -169,6 +175,7 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
       TPX_ASSIGN_OR_RETURN(sharded_state::CheckpointMetadata meta,
                            sharded_state::LoadShardedState(world, *dir, tensors));
       TPX_RETURN_IF_ERROR(adam.RestoreStepCounts(meta.step, param_steps.ToVector<int64_t>()));
+      TPX_RETURN_IF_ERROR(adam.RefreshWorkingWeights());
       rng::SetAllRngStates(rng_states);
       start = meta.step;
     } else if (!absl::IsNotFound(dir.status())) {
@@ -178,6 +185,7 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
   if (start == 0 && !o.load.empty()) {
     TPX_ASSIGN_OR_RETURN(auto tensors, TrainingState(*model, adam, param_steps, tp.rank(), false));
     TPX_RETURN_IF_ERROR(sharded_state::LoadShardedState(world, o.load, tensors).status());
+    TPX_RETURN_IF_ERROR(adam.RefreshWorkingWeights());
   }
   result.first_step = start;
   std::optional<sharded_state::PendingSave> pending;
@@ -221,8 +229,8 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
                                                    dp.rank() * o.batch));
     TPX_ASSIGN_OR_RETURN(Variable loss, model->Loss(b.tokens, b.targets, /*training=*/true));
     TPX_RETURN_IF_ERROR(Backward(loss));
-    TPX_RETURN_IF_ERROR(model->AllReduceSequenceParallelGrads());
-    TPX_RETURN_IF_ERROR(optim::AllReduceGradients(dp, all_params));
+    TPX_RETURN_IF_ERROR(model->AllReduceSequenceParallelGrads(o.grad_reduce_dtype));
+    TPX_RETURN_IF_ERROR(optim::AllReduceGradients(dp, all_params, o.grad_reduce_dtype));
     TPX_ASSIGN_OR_RETURN(double grad_norm, optim::ClipGradNorm(clip_params, o.clip_norm, &tp));
     const double lr = schedule.At(step);
     TPX_RETURN_IF_ERROR(adam.Step(lr));

@@ -13,6 +13,10 @@
 // step) and the RNG tracker states; `resume` continues from the latest one
 // at any TP size (bit-identical losses at the same TP size).
 //
+// With model.dtype kBF16 the model computes in bf16 and AdamW keeps f32
+// master weights (optim/adamw.h); checkpoints hold the masters (f32), so
+// bf16 and f32 runs can resume from each other's checkpoints.
+//
 // Every rank runs Train; the progress callback and the result are the same
 // on all of them (losses are averaged over data-parallel replicas).
 #ifndef TPX_EXAMPLES_GPT_TRAINER_H_
@@ -41,6 +45,10 @@ struct TrainOptions {
   double min_lr = 3e-4;
   double weight_decay = 0.1;
   double clip_norm = 1.0;
+  // With model.dtype kBF16: reduce gradients over tp (sequence-parallel
+  // partials) and dp in f32 (Megatron's accumulate_allreduce_grads_in_fp32)
+  // or in bf16 (optim/grad_sync.h).
+  DType grad_reduce_dtype = DType::kF32;
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // also after the last step; 0 = only then
   int64_t eval_batches = 4;
