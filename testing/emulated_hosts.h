@@ -1,0 +1,78 @@
+// Emulated hosts for multi-host tests on one machine: each host is a Linux
+// network namespace (its own loopback and an `eth0` veth whose other end is
+// a port of a bridge living in one more namespace), and each process placed
+// on a host also gets its own UTS namespace (hostname "tpxhost<h>"), a
+// /sys showing that host's network devices and its host's own boot id
+// (/proc/sys/kernel/random/boot_id, which UCX uses to tell machines apart). Addresses are 10.77.0.<h+1>/24
+// and exist only inside these namespaces: nothing leaves the machine.
+//
+//   auto hosts = tpx::testing::EmulatedHosts::Create(2);
+//   if (!hosts.ok()) GTEST_SKIP() << hosts.status();       // no CAP_SYS_ADMIN etc.
+//   RunOptions options;
+//   (*hosts)->PlaceRanks(/*ranks_per_host=*/2, &options);   // ranks 0,1 on host 0; 2,3 on host 1
+//   RunOnRanks(4, body, options);
+//   (*hosts)->SetLinkUp(1, false);                            // pull host 1's cable
+//
+// Namespaces are named "tpxmh<pid>-<n>-..." and removed by the destructor;
+// Create() first removes those left by processes that no longer exist (a
+// test killed before its destructor ran).
+//
+// Processes on different emulated hosts see different hostnames, so the UCX
+// plugin treats them as remote peers (TCP over eth0, UCX peer error
+// handling) while ranks on one host share memory as on a real node.
+#ifndef TPX_TESTING_EMULATED_HOSTS_H_
+#define TPX_TESTING_EMULATED_HOSTS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "testing/multiprocess.h"
+
+namespace tpx::testing {
+
+class EmulatedHosts {
+ public:
+  // Unavailable (with the failing command) where namespaces cannot be made.
+  static absl::StatusOr<std::unique_ptr<EmulatedHosts>> Create(int num_hosts);
+  ~EmulatedHosts();
+  EmulatedHosts(const EmulatedHosts&) = delete;
+  EmulatedHosts& operator=(const EmulatedHosts&) = delete;
+
+  int size() const { return num_hosts_; }
+  // Host h's address on the bridge ("10.77.0.<h+1>").
+  std::string address(int host) const;
+  std::string hostname(int host) const;
+  // The network device every host has onto the bridge.
+  static constexpr const char* kDevice = "eth0";
+  // Path of host h's network namespace (for setns(2)).
+  std::string netns_path(int host) const;
+
+  // Moves the calling single-threaded process onto host h: network, UTS and
+  // mount namespaces, hostname, a fresh /sys, UCX_NET_DEVICES=eth0.
+  absl::Status Enter(int host) const;
+  // Brings host h's bridge port up or down (its "cable").
+  absl::Status SetLinkUp(int host, bool up) const;
+  // Sets `options` so that RunOnRanks puts ranks [h*n, (h+1)*n) on host h
+  // and hosts the store on host 0.
+  void PlaceRanks(int ranks_per_host, RunOptions* options) const;
+
+ private:
+  EmulatedHosts(std::string prefix, int num_hosts)
+      : prefix_(std::move(prefix)), num_hosts_(num_hosts) {}
+  std::string bridge_ns() const { return prefix_ + "br"; }
+  std::string host_ns(int host) const;
+  std::string boot_id_path(int host) const;
+  void RemoveAll();
+
+  std::string prefix_;
+  int num_hosts_;
+};
+
+// Runs a shell command line; Unavailable naming it and its output on failure.
+absl::Status RunCommand(const std::string& command);
+
+}  // namespace tpx::testing
+
+#endif  // TPX_TESTING_EMULATED_HOSTS_H_
