@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace tpx::testing {
 namespace {
@@ -162,6 +163,52 @@ absl::Status EmulatedHosts::Enter(int host) const {
   }
   ::setenv("UCX_NET_DEVICES", kDevice, /*overwrite=*/1);
   return absl::OkStatus();
+}
+
+absl::StatusOr<pid_t> EmulatedHosts::Spawn(int host, const std::vector<std::string>& argv,
+                                           const std::string& log_path) const {
+  if (argv.empty()) return absl::InvalidArgumentError("Spawn: empty argv");
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log < 0) return Errno("open " + log_path);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    absl::Status entered = Enter(host);
+    if (!entered.ok()) {
+      std::fprintf(stderr, "cannot enter host %d: %s\n", host, entered.ToString().c_str());
+      ::_exit(126);
+    }
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(log);
+  if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(fork_errno)));
+  return pid;
+}
+
+absl::StatusOr<int> WaitForExit(pid_t pid, absl::Duration timeout) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (got < 0 && errno != EINTR) return Errno(absl::StrCat("waitpid ", pid));
+    if (absl::Now() >= give_up) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      return absl::DeadlineExceededError(absl::StrCat("process ", pid, " still running after ",
+                                                      absl::FormatDuration(timeout), "; killed"));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 absl::Status EmulatedHosts::SetLinkUp(int host, bool up) const {

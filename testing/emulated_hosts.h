@@ -23,11 +23,15 @@
 #ifndef TPX_TESTING_EMULATED_HOSTS_H_
 #define TPX_TESTING_EMULATED_HOSTS_H_
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "testing/multiprocess.h"
 
 namespace tpx::testing {
@@ -52,6 +56,10 @@ class EmulatedHosts {
   // Moves the calling single-threaded process onto host h: network, UTS and
   // mount namespaces, hostname, a fresh /sys, UCX_NET_DEVICES=eth0.
   absl::Status Enter(int host) const;
+  // Starts `argv` on host h (fork, Enter, exec) with stdout and stderr
+  // appended to `log_path`; returns its pid (reap it with WaitForExit).
+  absl::StatusOr<pid_t> Spawn(int host, const std::vector<std::string>& argv,
+                              const std::string& log_path) const;
   // Brings host h's bridge port up or down (its "cable").
   absl::Status SetLinkUp(int host, bool up) const;
   // Sets `options` so that RunOnRanks puts ranks [h*n, (h+1)*n) on host h
@@ -69,6 +77,10 @@ class EmulatedHosts {
   std::string prefix_;
   int num_hosts_;
 };
+
+// Waits for `pid` to exit: its exit code (128 + signal when killed), or
+// DeadlineExceeded after `timeout`, when it is killed (SIGKILL) and reaped.
+absl::StatusOr<int> WaitForExit(pid_t pid, absl::Duration timeout);
 
 // Runs a shell command line; Unavailable naming it and its output on failure.
 absl::Status RunCommand(const std::string& command);
