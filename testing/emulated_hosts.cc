@@ -26,7 +26,7 @@ namespace tpx::testing {
 namespace {
 
 constexpr const char* kPrefix = "tpxmh";
-// Per-host boot ids, named like the host namespaces.
+// Per-host boot ids and the hosts file, named like the namespaces.
 constexpr const char* kBootIdDir = "/run/tpx_emulated_hosts";
 
 absl::Status Errno(const std::string& what) {
@@ -116,6 +116,14 @@ absl::StatusOr<std::unique_ptr<EmulatedHosts>> EmulatedHosts::Create(int num_hos
     const bool written = std::fputs(id.c_str(), f) >= 0;
     if (std::fclose(f) != 0 || !written) return Errno("write " + hosts->boot_id_path(h));
   }
+  std::string etc_hosts = "127.0.0.1 localhost\n";
+  for (int h = 0; h < num_hosts; ++h) {
+    absl::StrAppend(&etc_hosts, hosts->address(h), " ", hosts->hostname(h), "\n");
+  }
+  FILE* f = std::fopen(hosts->hosts_file_path().c_str(), "w");
+  if (f == nullptr) return Errno("create " + hosts->hosts_file_path());
+  const bool written = std::fputs(etc_hosts.c_str(), f) >= 0;
+  if (std::fclose(f) != 0 || !written) return Errno("write " + hosts->hosts_file_path());
   return hosts;
 }
 
@@ -123,6 +131,7 @@ EmulatedHosts::~EmulatedHosts() { RemoveAll(); }
 
 void EmulatedHosts::RemoveAll() {
   for (int h = 0; h < num_hosts_; ++h) ::unlink(boot_id_path(h).c_str());
+  ::unlink(hosts_file_path().c_str());
   // Deleting a namespace destroys its veth ends and their peers.
   for (int h = 0; h < num_hosts_; ++h) {
     if (::access(netns_path(h).c_str(), F_OK) == 0) (void)RunCommand("ip netns del " + host_ns(h));
@@ -136,6 +145,9 @@ std::string EmulatedHosts::host_ns(int host) const { return absl::StrCat(prefix_
 std::string EmulatedHosts::netns_path(int host) const { return "/run/netns/" + host_ns(host); }
 std::string EmulatedHosts::boot_id_path(int host) const {
   return absl::StrCat(kBootIdDir, "/", host_ns(host));
+}
+std::string EmulatedHosts::hosts_file_path() const {
+  return absl::StrCat(kBootIdDir, "/", prefix_, "etc_hosts");
 }
 std::string EmulatedHosts::address(int host) const { return absl::StrCat("10.77.0.", host + 1); }
 std::string EmulatedHosts::hostname(int host) const { return absl::StrCat("tpxhost", host); }
@@ -161,12 +173,16 @@ absl::Status EmulatedHosts::Enter(int host) const {
               nullptr) != 0) {
     return Errno("bind-mount " + boot_id_path(host) + " over the boot id");
   }
+  if (::mount(hosts_file_path().c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+    return Errno("bind-mount " + hosts_file_path() + " over /etc/hosts");
+  }
   ::setenv("UCX_NET_DEVICES", kDevice, /*overwrite=*/1);
   return absl::OkStatus();
 }
 
 absl::StatusOr<pid_t> EmulatedHosts::Spawn(int host, const std::vector<std::string>& argv,
-                                           const std::string& log_path) const {
+                                           const std::string& log_path,
+                                           const std::vector<std::string>& env) const {
   if (argv.empty()) return absl::InvalidArgumentError("Spawn: empty argv");
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -184,6 +200,7 @@ absl::StatusOr<pid_t> EmulatedHosts::Spawn(int host, const std::vector<std::stri
       std::fprintf(stderr, "cannot enter host %d: %s\n", host, entered.ToString().c_str());
       ::_exit(126);
     }
+    for (const std::string& e : env) ::putenv(const_cast<char*>(e.c_str()));
     ::execv(args[0], args.data());
     std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
     ::_exit(127);

@@ -3,7 +3,8 @@
 // a port of a bridge living in one more namespace), and each process placed
 // on a host also gets its own UTS namespace (hostname "tpxhost<h>"), a
 // /sys showing that host's network devices and its host's own boot id
-// (/proc/sys/kernel/random/boot_id, which UCX uses to tell machines apart). Addresses are 10.77.0.<h+1>/24
+// (/proc/sys/kernel/random/boot_id, which UCX uses to tell machines apart),
+// and an /etc/hosts in which every emulated hostname resolves. Addresses are 10.77.0.<h+1>/24
 // and exist only inside these namespaces: nothing leaves the machine.
 //
 //   auto hosts = tpx::testing::EmulatedHosts::Create(2);
@@ -57,9 +58,11 @@ class EmulatedHosts {
   // mount namespaces, hostname, a fresh /sys, UCX_NET_DEVICES=eth0.
   absl::Status Enter(int host) const;
   // Starts `argv` on host h (fork, Enter, exec) with stdout and stderr
-  // appended to `log_path`; returns its pid (reap it with WaitForExit).
+  // appended to `log_path` and `env` ("NAME=value") added to the
+  // environment; returns its pid (reap it with WaitForExit).
   absl::StatusOr<pid_t> Spawn(int host, const std::vector<std::string>& argv,
-                              const std::string& log_path) const;
+                              const std::string& log_path,
+                              const std::vector<std::string>& env = {}) const;
   // Brings host h's bridge port up or down (its "cable").
   absl::Status SetLinkUp(int host, bool up) const;
   // Sets `options` so that RunOnRanks puts ranks [h*n, (h+1)*n) on host h
@@ -72,6 +75,7 @@ class EmulatedHosts {
   std::string bridge_ns() const { return prefix_ + "br"; }
   std::string host_ns(int host) const;
   std::string boot_id_path(int host) const;
+  std::string hosts_file_path() const;
   void RemoveAll();
 
   std::string prefix_;
