@@ -145,6 +145,28 @@ TEST_P(MultiHost, KilledRankOnOtherHostIsNamed) {
   }, options);
 }
 
+// The same through UCX alone: with a communicator timeout far beyond how
+// long UCX takes to see the killed peer's connection close, the error is
+// UCX's (peer error handling on the cross-host endpoint), not the timeout.
+TEST(MultiHostUcx, KilledPeerIsReportedByUcxPeerErrorHandling) {
+  TPX_HOSTS_OR_SKIP(hosts);
+  RunOptions options;
+  hosts->PlaceRanks(1, &options);
+  options.comm_timeout = absl::Seconds(10);
+  options.deadline = absl::Seconds(60);
+  options.kill_rank = 1;
+  options.kill_point = "all_reduce";
+  RunOnRanks(2, [](RankContext& ctx) {
+    float x[256] = {};
+    ASSERT_TRUE(ctx.comm.AllReduce(x, 256, DType::kF32, ReduceOp::kSum).Wait().ok());
+    ctx.KillPoint("all_reduce");
+    absl::Status s = ctx.comm.AllReduce(x, 256, DType::kF32, ReduceOp::kSum).Wait();
+    std::fprintf(stderr, "rank %d sees: %s\n", ctx.rank, s.ToString().c_str());
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("peer unreachable: rank 1"), std::string::npos) << s;
+  }, options);
+}
+
 // Host 1's link goes down (its bridge port): ranks on host 0 get an error
 // naming a host-1 rank within the timeout instead of hanging. Rank 0 pulls
 // the cable once every rank finished the earlier work, and plugs it back
