@@ -7,12 +7,11 @@
 // and an /etc/hosts in which every emulated hostname resolves. Addresses are 10.77.0.<h+1>/24
 // and exist only inside these namespaces: nothing leaves the machine.
 //
-//   auto hosts = tpx::testing::EmulatedHosts::Create(2);
-//   if (!hosts.ok()) GTEST_SKIP() << hosts.status();       // no CAP_SYS_ADMIN etc.
+//   TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);          // skips without root / CAP_SYS_ADMIN
 //   RunOptions options;
-//   (*hosts)->PlaceRanks(/*ranks_per_host=*/2, &options);   // ranks 0,1 on host 0; 2,3 on host 1
+//   hosts->PlaceRanks(/*ranks_per_host=*/2, &options);  // ranks 0,1 on host 0; 2,3 on host 1
 //   RunOnRanks(4, body, options);
-//   (*hosts)->SetLinkUp(1, false);                            // pull host 1's cable
+//   hosts->SetLinkUp(1, false);                         // pull host 1's cable
 //
 // Namespaces are named "tpxmh<pid>-<n>-..." and removed by the destructor;
 // Create() first removes those left by processes that no longer exist (a
@@ -33,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "testing/multiprocess.h"
 
 namespace tpx::testing {
@@ -90,5 +90,15 @@ absl::StatusOr<int> WaitForExit(pid_t pid, absl::Duration timeout);
 absl::Status RunCommand(const std::string& command);
 
 }  // namespace tpx::testing
+
+// In a gtest body: declares std::unique_ptr<EmulatedHosts> `var` with `n`
+// hosts, or skips the test saying why they cannot be made.
+#define TPX_EMULATED_HOSTS_OR_SKIP(var, n)                                          \
+  auto var##_or_error = ::tpx::testing::EmulatedHosts::Create(n);                   \
+  if (!var##_or_error.ok()) {                                                       \
+    GTEST_SKIP() << "cannot emulate hosts with network namespaces (needs root): "   \
+                 << var##_or_error.status();                                        \
+  }                                                                                 \
+  std::unique_ptr<::tpx::testing::EmulatedHosts> var = std::move(*var##_or_error)
 
 #endif  // TPX_TESTING_EMULATED_HOSTS_H_

@@ -24,23 +24,6 @@ using comm::ReduceOp;
 
 constexpr int kHosts = 2;
 
-std::unique_ptr<EmulatedHosts> MakeHostsOrSkip() {
-  if (::geteuid() != 0) return nullptr;
-  auto hosts = EmulatedHosts::Create(kHosts);
-  if (!hosts.ok()) {
-    std::fprintf(stderr, "cannot emulate hosts: %s\n", hosts.status().ToString().c_str());
-    return nullptr;
-  }
-  return std::move(*hosts);
-}
-
-#define TPX_HOSTS_OR_SKIP(var)                                                          \
-  std::unique_ptr<EmulatedHosts> var = MakeHostsOrSkip();                               \
-  if (var == nullptr) {                                                                 \
-    GTEST_SKIP() << "network namespaces cannot be created here (needs root and "        \
-                    "CAP_SYS_ADMIN; see stderr)";                                       \
-  }
-
 // Established TCP connections of this network namespace whose remote end is
 // `address` (dotted IPv4), from /proc/net/tcp (hex, little-endian address).
 int ConnectionsTo(const std::string& address) {
@@ -69,7 +52,7 @@ class MultiHost : public ::testing::TestWithParam<int> {  // ranks per host
 // to host 1 (the store lives on host 0, so these are UCX's); all-reduce and
 // all-gather give the serial reference.
 TEST_P(MultiHost, RanksSeeTheirHostAndTalkTcp) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   hosts->PlaceRanks(GetParam(), &options);
   const int per_host = GetParam();
@@ -96,14 +79,14 @@ TEST_P(MultiHost, RanksSeeTheirHostAndTalkTcp) {
 }
 
 TEST_P(MultiHost, AllReduceConformance) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   hosts->PlaceRanks(GetParam(), &options);
   RunOnRanks(world(), AllReduceConformance, options);
 }
 
 TEST_P(MultiHost, CollectivesConformance) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   hosts->PlaceRanks(GetParam(), &options);
   RunOnRanks(world(), [](RankContext& ctx) {
@@ -118,7 +101,7 @@ TEST_P(MultiHost, CollectivesConformance) {
 // UCX's peer error handling, host 1 through its process watch) get an
 // error naming it within the communicator timeout.
 TEST_P(MultiHost, KilledRankOnOtherHostIsNamed) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   hosts->PlaceRanks(GetParam(), &options);
   options.comm_timeout = absl::Milliseconds(2000);
@@ -149,7 +132,7 @@ TEST_P(MultiHost, KilledRankOnOtherHostIsNamed) {
 // long UCX takes to see the killed peer's connection close, the error is
 // UCX's (peer error handling on the cross-host endpoint), not the timeout.
 TEST(MultiHostUcx, KilledPeerIsReportedByUcxPeerErrorHandling) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   hosts->PlaceRanks(1, &options);
   options.comm_timeout = absl::Seconds(10);
@@ -173,7 +156,7 @@ TEST(MultiHostUcx, KilledPeerIsReportedByUcxPeerErrorHandling) {
 // once every host-0 rank saw its error (ranks on host 1 may then finish or
 // fail their call either way; neither is checked).
 TEST_P(MultiHost, CutLinkIsAnErrorNotAHang) {
-  TPX_HOSTS_OR_SKIP(hosts);
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, kHosts);
   RunOptions options;
   const int per_host = GetParam();
   hosts->PlaceRanks(per_host, &options);

@@ -35,16 +35,6 @@ std::string LogPath(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".log");
 }
 
-std::unique_ptr<EmulatedHosts> MakeHosts(int n) {
-  if (::geteuid() != 0) return nullptr;
-  auto hosts = EmulatedHosts::Create(n);
-  if (!hosts.ok()) {
-    std::fprintf(stderr, "cannot emulate hosts: %s\n", hosts.status().ToString().c_str());
-    return nullptr;
-  }
-  return std::move(*hosts);
-}
-
 std::string FindMpirun() {
   for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {
     std::string path = absl::StrCat(dir, "/mpirun");
@@ -56,8 +46,7 @@ std::string FindMpirun() {
 TEST(Launchers, MpirunTwoRanks) {
   const std::string mpirun = FindMpirun();
   if (mpirun.empty()) GTEST_SKIP() << "mpirun not installed (Debian openmpi-bin)";
-  std::unique_ptr<EmulatedHosts> hosts = MakeHosts(1);
-  if (hosts == nullptr) GTEST_SKIP() << "network namespaces cannot be created here (see stderr)";
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 1);
   const std::string log = LogPath("mpirun");
   // Open MPI gives ranks and sizes (OMPI_COMM_WORLD_*), not a rendezvous
   // address: that comes with -x. Rank 0 hosts the store.
@@ -78,8 +67,7 @@ TEST(Launchers, MpirunTwoRanks) {
 }
 
 TEST(Launchers, SlurmLikeAcrossTwoHosts) {
-  std::unique_ptr<EmulatedHosts> hosts = MakeHosts(2);
-  if (hosts == nullptr) GTEST_SKIP() << "network namespaces cannot be created here (see stderr)";
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
   std::vector<pid_t> pids;
   for (int h = 0; h < 2; ++h) {
     // What srun sets for task h of a 2-node, 1-task-per-node step; no

@@ -33,16 +33,6 @@ std::string LogPath(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".log");
 }
 
-std::unique_ptr<EmulatedHosts> MakeHosts(int n) {
-  if (::geteuid() != 0) return nullptr;
-  auto hosts = EmulatedHosts::Create(n);
-  if (!hosts.ok()) {
-    std::fprintf(stderr, "cannot emulate hosts: %s\n", hosts.status().ToString().c_str());
-    return nullptr;
-  }
-  return std::move(*hosts);
-}
-
 std::vector<std::string> Tpxrun(const EmulatedHosts& hosts, int nnodes, int node_rank,
                                 std::vector<std::string> extra) {
   std::vector<std::string> argv = {Runfile("tools/tpxrun"),
@@ -56,8 +46,7 @@ std::vector<std::string> Tpxrun(const EmulatedHosts& hosts, int nnodes, int node
 }
 
 TEST(TpxrunMultiNode, TwoNodesRunOneJob) {
-  std::unique_ptr<EmulatedHosts> hosts = MakeHosts(2);
-  if (hosts == nullptr) GTEST_SKIP() << "network namespaces cannot be created here (see stderr)";
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
   const std::string prog = Runfile("tools/tpxrun_test_prog");
   std::vector<pid_t> pids;
   for (int node = 0; node < 2; ++node) {
@@ -79,8 +68,7 @@ TEST(TpxrunMultiNode, TwoNodesRunOneJob) {
 }
 
 TEST(TpxrunMultiNode, MissingNodesAreNamed) {
-  std::unique_ptr<EmulatedHosts> hosts = MakeHosts(1);
-  if (hosts == nullptr) GTEST_SKIP() << "network namespaces cannot be created here (see stderr)";
+  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 1);
   const std::string log = LogPath("missing");
   auto pid = hosts->Spawn(
       0, Tpxrun(*hosts, 3, 0, {"--rdzv_timeout", "1", "--", Runfile("tools/tpxrun_test_prog")}),
