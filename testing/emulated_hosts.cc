@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<EmulatedHosts>> EmulatedHosts::Create(int num_hos
   static std::atomic<int> counter{0};
   std::unique_ptr<EmulatedHosts> hosts(new EmulatedHosts(
       absl::StrCat(kPrefix, ::getpid(), "-", counter.fetch_add(1), "-"), num_hosts));
+  hosts->StartReaper();
   const std::string br = hosts->bridge_ns();
   std::vector<std::string> commands = {
       "ip netns add " + br,
@@ -127,7 +128,46 @@ absl::StatusOr<std::unique_ptr<EmulatedHosts>> EmulatedHosts::Create(int num_hos
   return hosts;
 }
 
-EmulatedHosts::~EmulatedHosts() { RemoveAll(); }
+EmulatedHosts::~EmulatedHosts() {
+  RemoveAll();
+  if (reaper_pipe_ >= 0) ::close(reaper_pipe_);  // the reaper finds nothing left and exits
+  if (reaper_ > 0) (void)WaitForExit(reaper_, absl::Seconds(30));
+}
+
+void EmulatedHosts::StartReaper() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return;  // then only the next Create's stale sweep cleans up
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Out of the test's process group and deaf to its signals, so that a
+    // test killed on timeout still gets its namespaces removed.
+    ::setsid();
+    ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGHUP, SIG_IGN);
+    int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, STDIN_FILENO);
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+    }
+    ::close(fds[1]);
+    char c;
+    while (::read(fds[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    RemoveAll();
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  if (pid < 0) {
+    ::close(fds[1]);
+    return;
+  }
+  reaper_ = pid;
+  reaper_pipe_ = fds[1];
+}
 
 void EmulatedHosts::RemoveAll() {
   for (int h = 0; h < num_hosts_; ++h) ::unlink(boot_id_path(h).c_str());

@@ -13,9 +13,9 @@
 //   RunOnRanks(4, body, options);
 //   hosts->SetLinkUp(1, false);                         // pull host 1's cable
 //
-// Namespaces are named "tpxmh<pid>-<n>-..." and removed by the destructor;
-// Create() first removes those left by processes that no longer exist (a
-// test killed before its destructor ran).
+// Namespaces are named "tpxmh<pid>-<n>-..." and removed by the destructor,
+// or, when the process is killed first, by a small reaper process that
+// outlives it; Create() also sweeps those of processes that no longer exist.
 //
 // Processes on different emulated hosts see different hostnames, so the UCX
 // plugin treats them as remote peers (TCP over eth0, UCX peer error
@@ -77,9 +77,14 @@ class EmulatedHosts {
   std::string boot_id_path(int host) const;
   std::string hosts_file_path() const;
   void RemoveAll();
+  // Forks a process that removes everything once this process is gone
+  // (killed included): it waits for EOF on a pipe only this process writes.
+  void StartReaper();
 
   std::string prefix_;
   int num_hosts_;
+  pid_t reaper_ = -1;
+  int reaper_pipe_ = -1;
 };
 
 // Waits for `pid` to exit: its exit code (128 + signal when killed), or

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,9 +55,13 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
 }
 
 // Runs in the forked child; never returns.
-[[noreturn]] void RunRank(int rank, int size, int port, int result_fd,
+[[noreturn]] void RunRank(int rank, int size, int port, int result_fd, pid_t harness,
                           const std::function<void(RankContext&)>& body,
                           const RunOptions& options) {
+  // A rank never outlives the harness (a test killed on timeout), which
+  // hosts its store and reaps it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != harness) ::_exit(1);
   auto fail = [&](const std::string& message) {
     WriteAll(result_fd, message + std::string(1, '\0'));
     ::_exit(1);
@@ -152,6 +157,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(world_size, -1);
+  const pid_t harness = ::getpid();
   std::vector<int> pipes(world_size, -1);
   for (int r = 0; r < world_size; ++r) {
     int fds[2];
@@ -163,7 +169,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
     if (pid == 0) {
       ::close(fds[0]);
       for (int q = 0; q < r; ++q) ::close(pipes[q]);
-      RunRank(r, world_size, (*server)->port(), fds[1], body, options);
+      RunRank(r, world_size, (*server)->port(), fds[1], harness, body, options);
     }
     ::close(fds[1]);
     if (pid < 0) {
