@@ -1,11 +1,22 @@
 // Training throughput of the GPT example at TP=1 and TP=2 (one data-parallel
-// replica), forking its own ranks. One JSON line per TP size:
-//   {"bench":"gpt","tp":2,"tokens_per_s":...,"step_ms":...,"params":...,...}
+// replica), forking its own ranks, beside the same model in eager PyTorch
+// (bench/peers/gpt_pytorch.py, run when python3 can import torch). One JSON
+// line per TP size and per PyTorch thread setting:
+//   {"bench":"gpt","impl":"tpx","tp":2,"dtype":"f32","threads":1,"tokens_per_s":...,...}
+//   {"bench":"gpt","impl":"pytorch","tp":1,"dtype":"f32","threads":2,"omp_threads":1,
+//    "blas_threads":2,"tokens_per_s":...,...}
 //
 //   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--d_model=128 ...]
+//       [--pytorch_threads=1:1,1:2,2:2] [--python=/usr/bin/python3]
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
 // steps, the first included; validation time is excluded. Each rank gets
-// cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise.
+// cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise ("threads").
+// PyTorch runs once per "omp:blas" entry of --pytorch_threads (its OpenMP
+// and OpenBLAS pools are separate; the best setting differs by machine);
+// --pytorch_threads= (empty) skips it.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +24,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "comm/init.h"
 #include "core/gemm.h"
@@ -23,6 +35,10 @@
 
 ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP).");
 ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
+ABSL_FLAG(std::string, pytorch_threads, "1:1,1:2,2:1,2:2",
+          "PyTorch peer thread settings to measure, omp:blas each; empty = none.");
+ABSL_FLAG(std::string, python, "/usr/bin/python3",
+          "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
 namespace tpx::gpt {
 namespace {
@@ -56,10 +72,11 @@ int MeasureRank(int tp) {
   if ((*world)->rank() == 0) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
     std::printf(
-        "{\"bench\":\"gpt\",\"tp\":%d,\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
+        "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"f32\",\"threads\":%d,"
+        "\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
-        tp, r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        tp, GemmThreads(), r->tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
@@ -70,19 +87,81 @@ int MeasureRank(int tp) {
   return 0;
 }
 
+// Runs the PyTorch peer with one thread setting and copies its JSON line;
+// prints a "skipped" line when it cannot run. False when the setting is
+// malformed.
+bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
+  std::vector<std::string> parts = absl::StrSplit(setting, ':');
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], omp) && absl::SimpleAtoi(parts[1], blas) &&
+      *omp >= 1 && *blas >= 1) {
+    return true;
+  }
+  std::fprintf(stderr, "gpt bench: bad --pytorch_threads entry '%s' (want omp:blas, both >= 1)\n",
+               std::string(setting).c_str());
+  return false;
+}
+
+bool RunPytorchPeer(absl::string_view setting) {
+  int omp = 0, blas = 0;
+  if (!ParseThreadSetting(setting, &omp, &blas)) return false;
+  const char* script = "bench/peers/gpt_pytorch.py";
+  auto skipped = [&](const std::string& why) {
+    std::printf(
+        "{\"bench\":\"gpt\",\"impl\":\"pytorch\",\"tp\":1,\"dtype\":\"f32\",\"threads\":%d,"
+        "\"omp_threads\":%d,\"blas_threads\":%d,\"skipped\":\"%s\"}\n",
+        std::max(omp, blas), omp, blas, why.c_str());
+    std::fflush(stdout);
+    return true;
+  };
+  if (access(script, R_OK) != 0) return skipped("bench/peers/gpt_pytorch.py not found");
+  const std::string python = absl::GetFlag(FLAGS_python);
+  if (access(python.c_str(), X_OK) != 0) return skipped("no python at " + python);
+  const GptConfig c = GptConfigFromFlags();
+  const std::string cmd = absl::StrCat(
+      "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
+      " --batch=", absl::GetFlag(FLAGS_batch), " --seq_len=", c.seq_len,
+      " --d_model=", c.d_model, " --n_heads=", c.n_heads, " --n_layers=", c.n_layers,
+      " --d_ff=", c.d_ff, " --omp_threads=", omp, " --blas_threads=", blas);
+  std::fflush(stdout);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return skipped("could not start python");
+  char buf[4096];
+  bool printed = false;
+  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) {
+    std::fputs(buf, stdout);
+    printed = true;
+  }
+  const int rc = pclose(pipe);
+  if (!printed || rc != 0) return skipped(absl::StrCat("peer exited with status ", rc));
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 }  // namespace tpx::gpt
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string settings = absl::GetFlag(FLAGS_pytorch_threads);
+  if (!settings.empty()) {
+    for (absl::string_view s : absl::StrSplit(settings, ',')) {
+      int omp = 0, blas = 0;
+      if (!tpx::gpt::ParseThreadSetting(s, &omp, &blas)) return 2;
+    }
+  }
   int failures = 0;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_tps), ',')) {
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_tps), ',', absl::SkipEmpty())) {
     int tp = 0;
     if (!absl::SimpleAtoi(s, &tp) || tp < 1) {
       std::fprintf(stderr, "gpt bench: bad --tps entry '%s'\n", std::string(s).c_str());
       return 2;
     }
     if (tpx::gpt::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
+  }
+  if (!settings.empty()) {
+    for (absl::string_view s : absl::StrSplit(settings, ',')) {
+      if (!tpx::gpt::RunPytorchPeer(s)) return 2;
+    }
   }
   return failures == 0 ? 0 : 1;
 }

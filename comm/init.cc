@@ -56,7 +56,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Init(const InitOptions& options) {
   std::shared_ptr<TcpStoreServer> server;
   int port = launch.store_port;
   if (launch.rank == 0 && !launch.store_hosted_by_launcher) {
-    auto listening = TcpStoreServer::Listen(launch.store_host, port);
+    TcpStoreServerOptions store_options;
+    store_options.secret = launch.store_secret;
+    auto listening = TcpStoreServer::Listen(launch.store_host, port, store_options);
     if (!listening.ok()) {
       return absl::Status(listening.status().code(),
                           absl::StrCat("rank 0 hosts the rendezvous store: ",
@@ -66,7 +68,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Init(const InitOptions& options) {
     port = (*listening)->port();
     server = std::move(*listening);
   }
-  auto store = TcpStore::Connect(launch.store_host, port, timeout);
+  auto store = TcpStore::Connect(launch.store_host, port, timeout, launch.store_secret);
   if (!store.ok()) {
     return absl::Status(store.status().code(), absl::StrCat("rank ", launch.rank, " of ",
                                                             launch.world_size, ": ",

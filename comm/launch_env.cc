@@ -112,6 +112,7 @@ absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   }
   const char* hosted = env("TPX_STORE_HOSTED");
   out.store_hosted_by_launcher = hosted != nullptr && absl::string_view(hosted) == "1";
+  if (const char* secret = env("TPX_STORE_SECRET"); secret != nullptr) out.store_secret = secret;
   return out;
 }
 

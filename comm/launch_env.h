@@ -16,7 +16,9 @@
 // SLURM_JOB_NODELIST, SLURM_NODELIST) and port 10000 + SLURM_JOB_ID % 20000.
 // Under Open MPI, pass them with `mpirun -x TPX_STORE_ADDR=... -x TPX_STORE_PORT=...`.
 // TPX_STORE_HOSTED=1 says the launcher hosts the store (rank 0 then only
-// connects). Errors name the variable and its value.
+// connects). TPX_STORE_SECRET is the job's store secret (tpxrun generates
+// one; every rank and the store host must see the same). Errors name the
+// variable and its value.
 #ifndef TPX_COMM_LAUNCH_ENV_H_
 #define TPX_COMM_LAUNCH_ENV_H_
 
@@ -35,6 +37,7 @@ struct LaunchEnv {
   std::string store_host = "127.0.0.1";
   int store_port = 0;  // 0: not given (only valid for a single process)
   bool store_hosted_by_launcher = false;
+  std::string store_secret;  // "" : the store admits any client
   std::string launcher = "none";  // "tpx", "torchrun", "openmpi", "slurm", "none"
 };
 

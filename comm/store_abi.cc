@@ -66,7 +66,7 @@ int StatusToPluginCode(const absl::Status& status, tpx_error_t* err) {
   if (err != nullptr) {
     absl::string_view message = status.message();
     size_t n = std::min(message.size(), sizeof(err->message) - 1);
-    std::memcpy(err->message, message.data(), n);
+    if (n > 0) std::memcpy(err->message, message.data(), n);  // an OK status has no data
     err->message[n] = '\0';
   }
   return static_cast<int>(status.code());

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,67 +15,32 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
-#include <set>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "comm/store_wire.h"
 #include "core/status_macros.h"
 
 namespace tpx::comm {
 namespace {
 
-// Wire format: a frame is a u32 part count, then per part a u32 length and
-// the bytes (little-endian host order: loopback and same-arch clusters).
-// Requests: [command, args...]; replies: [status code, payload].
-constexpr uint32_t kMaxParts = 1u << 16;
-constexpr uint32_t kMaxPartBytes = static_cast<uint32_t>(kMaxStoreValueBytes) + 4096;
-
-void AppendU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<char*>(&v), 4); }
-
-std::string EncodeFrame(const std::vector<std::string>& parts) {
-  std::string out;
-  AppendU32(out, static_cast<uint32_t>(parts.size()));
-  for (const std::string& p : parts) {
-    AppendU32(out, static_cast<uint32_t>(p.size()));
-    out += p;
-  }
-  return out;
-}
-
-// Parses one frame from the front of `buf`. 1: done (consumed), 0: need more,
-// -1: malformed.
-int DecodeFrame(const std::string& buf, std::vector<std::string>* parts, size_t* consumed) {
-  size_t pos = 0;
-  auto read_u32 = [&](uint32_t* v) {
-    if (buf.size() - pos < 4) return false;
-    std::memcpy(v, buf.data() + pos, 4);
-    pos += 4;
-    return true;
-  };
-  uint32_t n;
-  if (!read_u32(&n)) return 0;
-  if (n > kMaxParts) return -1;
-  parts->clear();
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t len;
-    if (!read_u32(&len)) return 0;
-    if (len > kMaxPartBytes) return -1;
-    if (buf.size() - pos < len) return 0;
-    parts->emplace_back(buf.data() + pos, len);
-    pos += len;
-  }
-  *consumed = pos;
-  return 1;
-}
-
-std::string Reply(const absl::Status& status, absl::string_view payload = "") {
-  return EncodeFrame({absl::StrCat(static_cast<int>(status.code())),
-                      status.ok() ? std::string(payload) : std::string(status.message())});
-}
-
-void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+// The first frame on every connection: ["H", secret].
+constexpr char kHello[] = "H";
+// Frames before authentication are tiny (the hello).
+constexpr size_t kHandshakeFrameBytes = 4096;
+// A connection is not read while this much of its output is unsent.
+constexpr size_t kOutputHighWater = 1u << 20;
+// Bytes read ahead of the current frame.
+constexpr size_t kReadAhead = 64u << 10;
+// Frames handled per connection per poll round (fairness between clients).
+constexpr int kFramesPerRound = 256;
+// Replies may carry a full value.
+constexpr size_t kMaxReplyFrameBytes = kMaxStoreValueBytes + (64u << 10);
+// Once a store was reached, how long a refused reconnect is retried before
+// the host is reported gone.
+constexpr absl::Duration kReconnectGrace = absl::Seconds(1);
 
 absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, socklen_t* len) {
   addrinfo hints{};
@@ -92,147 +59,74 @@ absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, sock
   return addr;
 }
 
+// Constant-time comparison: the secret must not leak through timing.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
 // ---------------------------------------------------------------- server
 
-struct Waiter {
-  int fd;
-  bool is_get;  // get: reply with the value; wait: reply empty
-  std::vector<std::string> keys;
-  absl::Time deadline;
-  absl::Duration timeout;
+struct Conn {
+  explicit Conn(absl::Time now) : in(kHandshakeFrameBytes), accepted_at(now), last_active(now) {}
+  FrameReader in;
+  std::string out;
+  size_t out_pos = 0;  // first unsent byte of `out`
+  bool authenticated = false;
+  bool closing = false;  // send what is queued, then close
+  bool peer_closed = false;
+  uint64_t serial = 0;  // accept order
+  absl::Time accepted_at;
+  absl::Time last_active;
+
+  size_t unsent() const { return out.size() - out_pos; }
+  void Queue(std::string bytes) {
+    if (out_pos == out.size()) {
+      out.clear();
+      out_pos = 0;
+    }
+    out += bytes;
+  }
 };
 
-struct Client {
-  std::string in, out;
-};
-
-class ServerState {
- public:
-  // Handles one request; may queue a waiter instead of replying.
-  void Handle(int fd, std::vector<std::string>& req, Client& client) {
-    auto reply = [&](const absl::Status& s, absl::string_view payload = "") {
-      client.out += Reply(s, payload);
-    };
-    if (req.empty()) return reply(absl::InvalidArgumentError("empty request"));
-    const std::string& cmd = req[0];
-    auto need = [&](size_t n) {
-      if (req.size() < n) {
-        reply(absl::InvalidArgumentError(absl::StrCat("malformed '", cmd, "' request")));
-        return false;
-      }
-      return true;
-    };
-    if (cmd == "S") {
-      if (!need(3)) return;
-      data_[req[1]] = std::move(req[2]);
-      changed_ = true;
-      return reply(absl::OkStatus());
+// Sends what the connection can take now; false on a broken connection.
+bool Flush(int fd, Conn& c, absl::Time now) {
+  while (c.unsent() > 0) {
+    ssize_t sent = ::send(fd, c.out.data() + c.out_pos, c.unsent(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent > 0) {
+      c.out_pos += sent;
+      c.last_active = now;
+      continue;
     }
-    if (cmd == "A") {
-      if (!need(3)) return;
-      int64_t delta = 0;
-      absl::StatusOr<int64_t> current = ParseStoreCounter(req[1], Lookup(req[1]));
-      if (!current.ok() || !absl::SimpleAtoi(req[2], &delta)) {
-        return reply(current.ok() ? absl::InvalidArgumentError("bad delta") : current.status());
-      }
-      int64_t value = *current + delta;
-      data_[req[1]] = absl::StrCat(value);
-      changed_ = true;
-      return reply(absl::OkStatus(), absl::StrCat(value));
-    }
-    if (cmd == "C") {
-      if (!need(4)) return;
-      std::string now = Lookup(req[1]);
-      if (now == req[2]) {
-        now = req[3];
-        data_[req[1]] = std::move(req[3]);
-        changed_ = true;
-      }
-      return reply(absl::OkStatus(), now);
-    }
-    if (cmd == "D") {
-      if (!need(2)) return;
-      return reply(absl::OkStatus(), data_.erase(req[1]) ? "1" : "0");
-    }
-    if (cmd == "K") {
-      if (!need(2)) return;
-      return reply(absl::OkStatus(), data_.count(req[1]) ? "1" : "0");
-    }
-    if (cmd == "G" || cmd == "W") {
-      if (!need(3)) return;
-      int64_t timeout_ms = 0;
-      if (!absl::SimpleAtoi(req[1], &timeout_ms)) {
-        return reply(absl::InvalidArgumentError("bad timeout"));
-      }
-      Waiter w{fd, cmd == "G", std::vector<std::string>(req.begin() + 2, req.end()),
-               absl::InfiniteFuture(), absl::InfiniteDuration()};
-      if (timeout_ms >= 0) {
-        w.timeout = absl::Milliseconds(timeout_ms);
-        w.deadline = absl::Now() + w.timeout;
-      }
-      if (!TryFinish(w, client)) waiters_.push_back(std::move(w));
-      return;
-    }
-    reply(absl::InvalidArgumentError(absl::StrCat("unknown command '", cmd, "'")));
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    return false;
   }
+  c.out.clear();
+  c.out_pos = 0;
+  return true;
+}
 
-  // Answers waiters whose keys exist or whose deadline passed.
-  void Sweep(std::map<int, Client>& clients) {
-    absl::Time now = absl::Now();
-    bool check_keys = changed_;
-    changed_ = false;
-    std::vector<Waiter> keep;
-    for (Waiter& w : waiters_) {
-      auto it = clients.find(w.fd);
-      if (it == clients.end()) continue;  // client went away
-      if (check_keys && TryFinish(w, it->second)) continue;
-      if (now >= w.deadline) {
-        std::vector<std::string> missing;
-        for (const std::string& k : w.keys) {
-          if (!data_.count(k)) missing.push_back(k);
-        }
-        it->second.out += Reply(absl::DeadlineExceededError(
-            absl::StrCat("timed out after ", absl::FormatDuration(w.timeout),
-                         " waiting for key(s) '", absl::StrJoin(missing, "', '"), "'")));
-        continue;
-      }
-      keep.push_back(std::move(w));
-    }
-    waiters_ = std::move(keep);
-  }
-
-  // Time until the next waiter deadline, for poll().
-  int PollTimeoutMs() const {
-    absl::Time next = absl::InfiniteFuture();
-    for (const Waiter& w : waiters_) next = std::min(next, w.deadline);
-    if (next == absl::InfiniteFuture()) return -1;
-    int64_t ms = absl::ToInt64Milliseconds(next - absl::Now()) + 1;
-    return static_cast<int>(std::clamp<int64_t>(ms, 0, 60000));
-  }
-
- private:
-  std::string Lookup(const std::string& key) const {
-    auto it = data_.find(key);
-    return it == data_.end() ? std::string() : it->second;
-  }
-
-  bool TryFinish(const Waiter& w, Client& client) {
-    for (const std::string& k : w.keys) {
-      if (!data_.count(k)) return false;
-    }
-    client.out += Reply(absl::OkStatus(), w.is_get ? data_[w.keys[0]] : std::string());
-    return true;
-  }
-
-  std::map<std::string, std::string> data_;
-  std::vector<Waiter> waiters_;
-  bool changed_ = false;
-};
+int OpenFileLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+}
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Listen(const std::string& host,
-                                                                       int port) {
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Listen(
+    const std::string& host, int port, TcpStoreServerOptions options) {
+  if (options.max_connections < 1 || options.max_frame_bytes < kHandshakeFrameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "TcpStoreServer: max_connections must be >= 1 (got ", options.max_connections,
+        ") and max_frame_bytes >= ", kHandshakeFrameBytes, " (got ", options.max_frame_bytes,
+        ")"));
+  }
+  // Keep room under the open-file limit for the rest of the process, so
+  // that accepting never fails with EMFILE while legitimate clients wait.
+  options.max_connections =
+      std::max(1, std::min(options.max_connections, OpenFileLimit() / 2 - 16));
   socklen_t len = 0;
   TPX_ASSIGN_OR_RETURN(sockaddr_storage addr, Resolve(host, port, &len));
   int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -255,10 +149,20 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Listen(const std
                             ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   server->listen_fd_ = fd;
+  server->options_ = std::move(options);
   if (::pipe2(server->wake_pipe_, O_CLOEXEC) != 0) {
     return absl::UnavailableError(absl::StrCat("TcpStore: pipe(): ", strerror(errno)));
   }
   return server;
+}
+
+TcpStoreServerStats TcpStoreServer::stats() const {
+  TcpStoreServerStats s;
+  s.connections = stat_connections_.load(std::memory_order_relaxed);
+  s.keys = stat_keys_.load(std::memory_order_relaxed);
+  s.stored_bytes = stat_stored_bytes_.load(std::memory_order_relaxed);
+  s.buffered_bytes = stat_buffered_bytes_.load(std::memory_order_relaxed);
+  return s;
 }
 
 absl::Status TcpStoreServer::Start() {
@@ -269,6 +173,7 @@ absl::Status TcpStoreServer::Start() {
 
 TcpStoreServer::~TcpStoreServer() {
   if (thread_.joinable()) {
+    stop_.store(true, std::memory_order_release);
     char c = 1;
     (void)!::write(wake_pipe_[1], &c, 1);
     thread_.join();
@@ -279,101 +184,255 @@ TcpStoreServer::~TcpStoreServer() {
 }
 
 void TcpStoreServer::Serve() {
-  SetNonBlocking(listen_fd_);
-  ServerState state;
-  std::map<int, Client> clients;
+  ::fcntl(listen_fd_, F_SETFL, ::fcntl(listen_fd_, F_GETFL) | O_NONBLOCK);
+  const TcpStoreServerOptions& opt = options_;
+  StoreService service(opt.limits);
+  std::map<int, Conn> conns;
   std::vector<pollfd> fds;
-  while (true) {
+  absl::Time accept_paused_until = absl::InfinitePast();
+  bool more_work = false;  // a connection still has buffered frames
+  uint64_t accepted_total = 0;
+
+  // Handles buffered frames of one connection while it may take more.
+  auto process = [&](int fd, Conn& c, absl::Time now) {
+    for (int handled = 0; !c.closing && !service.Parked(fd) && c.unsent() < kOutputHighWater;
+         ++handled) {
+      if (handled == kFramesPerRound) {
+        more_work = true;
+        return;
+      }
+      std::vector<std::string> request;
+      absl::StatusOr<bool> got = c.in.Next(&request);
+      if (!got.ok()) {
+        c.Queue(StoreService::Reply(got.status()));
+        c.closing = true;
+        return;
+      }
+      if (!*got) return;
+      if (!c.authenticated) {
+        if (request.size() != 2 || request[0] != kHello) {
+          c.Queue(StoreService::Reply(absl::InvalidArgumentError(
+              "malformed store request: a connection must start with the store handshake")));
+          c.closing = true;
+        } else if (!SameSecret(request[1], opt.secret)) {
+          c.Queue(StoreService::Reply(absl::PermissionDeniedError(
+              "the store rejected this client's secret: the store belongs to another job, or "
+              "TPX_STORE_SECRET differs between this process and the store host")));
+          c.closing = true;
+        } else {
+          c.authenticated = true;
+          c.in.set_max_frame_bytes(opt.max_frame_bytes);
+          c.Queue(StoreService::Reply(absl::OkStatus()));
+        }
+        continue;
+      }
+      std::string reply;
+      StoreService::Outcome outcome = service.Handle(fd, request, now, &reply);
+      c.Queue(std::move(reply));
+      if (outcome == StoreService::Outcome::kProtocolError) c.closing = true;
+    }
+  };
+  auto wants_read = [&](int fd, const Conn& c) {
+    return !c.closing && !service.Parked(fd) && c.unsent() < kOutputHighWater &&
+           c.in.buffered() < c.in.max_frame_bytes() + kReadAhead;
+  };
+
+  while (!stop_.load(std::memory_order_acquire)) {
+    absl::Time now = absl::Now();
     fds.clear();
     fds.push_back({wake_pipe_[0], POLLIN, 0});
-    fds.push_back({listen_fd_, POLLIN, 0});
-    for (auto& [fd, client] : clients) {
-      fds.push_back({fd, static_cast<short>(POLLIN | (client.out.empty() ? 0 : POLLOUT)), 0});
+    const bool accepting = now >= accept_paused_until;
+    fds.push_back({listen_fd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    absl::Time wake_at = std::min(service.NextDeadline(),
+                                  accepting ? absl::InfiniteFuture() : accept_paused_until);
+    for (auto& [fd, c] : conns) {
+      short events = POLLRDHUP;
+      if (wants_read(fd, c)) events |= POLLIN;
+      if (c.unsent() > 0) events |= POLLOUT;
+      fds.push_back({fd, events, 0});
+      const bool parked = service.Parked(fd);
+      absl::Time limit = !c.authenticated ? c.accepted_at + opt.handshake_timeout
+                         : parked         ? absl::InfiniteFuture()
+                                          : c.last_active + opt.idle_timeout;
+      wake_at = std::min(wake_at, limit);
     }
-    int n = ::poll(fds.data(), fds.size(), state.PollTimeoutMs());
+    int timeout_ms = -1;
+    if (more_work) {
+      timeout_ms = 0;
+    } else if (wake_at != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(
+          std::clamp<int64_t>(absl::ToInt64Milliseconds(wake_at - now) + 1, 0, 60000));
+    }
+    more_work = false;
+    int n = ::poll(fds.data(), fds.size(), timeout_ms);
     if (n < 0 && errno != EINTR) break;
     if (fds[0].revents) break;  // stop requested
+    now = absl::Now();
+
     if (fds[1].revents & POLLIN) {
-      while (true) {
+      size_t evicting = 0;  // shut down this round, closed at its end (no fd reuse meanwhile)
+      for (int accepted = 0; accepted < 64; ++accepted) {
         int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;
-        int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        clients[fd];
-      }
-    }
-    for (size_t i = 2; i < fds.size(); ++i) {
-      const int fd = fds[i].fd;
-      Client& client = clients[fd];
-      bool close_it = (fds[i].revents & (POLLERR | POLLNVAL)) != 0;
-      if (!close_it && (fds[i].revents & (POLLIN | POLLHUP))) {
-        char buf[65536];
-        while (true) {
-          ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
-          if (got > 0) {
-            client.in.append(buf, got);
-            continue;
-          }
-          if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            close_it = true;
+        if (fd < 0) {
+          if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+            accept_paused_until = now + absl::Milliseconds(100);
           }
           break;
         }
-        std::vector<std::string> request;
-        size_t consumed = 0;
-        while (!close_it) {
-          int rc = DecodeFrame(client.in, &request, &consumed);
-          if (rc < 0) close_it = true;
-          if (rc <= 0) break;
-          client.in.erase(0, consumed);
-          state.Handle(fd, request, client);
+        if (static_cast<int>(conns.size() - evicting) >= opt.max_connections) {
+          // Connections that have not presented the secret yet cannot
+          // crowd out the job's ranks: the oldest of them makes room.
+          Conn* oldest = nullptr;
+          int oldest_fd = -1;
+          for (auto& [other_fd, other] : conns) {
+            if (!other.authenticated && !other.closing &&
+                (oldest == nullptr || other.serial < oldest->serial)) {
+              oldest = &other;
+              oldest_fd = other_fd;
+            }
+          }
+          if (oldest != nullptr) {
+            ::shutdown(oldest_fd, SHUT_RDWR);
+            oldest->closing = true;
+            oldest->out.clear();
+            oldest->out_pos = 0;
+            ++evicting;
+          }
+        }
+        if (static_cast<int>(conns.size() - evicting) >= opt.max_connections) {
+          std::string refusal = StoreService::Reply(absl::ResourceExhaustedError(
+              absl::StrCat("the store serves its limit of ", opt.max_connections,
+                           " connections (TcpStoreServerOptions::max_connections); try "
+                           "again later")));
+          (void)!::send(fd, refusal.data(), refusal.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+          ::close(fd);
+          continue;
+        }
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        conns.emplace(fd, Conn(now)).first->second.serial = ++accepted_total;
+      }
+    }
+
+    for (size_t i = 2; i < fds.size() && !stop_.load(std::memory_order_relaxed); ++i) {
+      const int fd = fds[i].fd;
+      auto it = conns.find(fd);
+      if (it == conns.end()) continue;
+      Conn& c = it->second;
+      bool broken = (fds[i].revents & (POLLERR | POLLNVAL)) != 0;
+      if (!broken && (fds[i].revents & POLLIN)) {
+        char buf[65536];
+        while (wants_read(fd, c)) {
+          ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
+          if (got > 0) {
+            c.in.Append(buf, got);
+            c.last_active = now;
+            process(fd, c, now);
+            continue;
+          }
+          if (got == 0) {
+            c.peer_closed = true;
+          } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            broken = true;
+          }
+          break;
         }
       }
-      if (close_it) {
+      if (fds[i].revents & (POLLRDHUP | POLLHUP)) c.peer_closed = true;
+      if (!broken && (fds[i].revents & POLLOUT)) broken = !Flush(fd, c, now);
+      if (!broken) process(fd, c, now);
+      // A peer that hung up gets no more replies; what it sent before was handled.
+      if (broken || c.peer_closed) {
+        service.Forget(fd);
         ::close(fd);
-        clients.erase(fd);
+        conns.erase(it);
       }
     }
-    state.Sweep(clients);
-    for (auto& [fd, client] : clients) {
-      while (!client.out.empty()) {
-        ssize_t sent = ::send(fd, client.out.data(), client.out.size(), MSG_NOSIGNAL);
-        if (sent <= 0) break;
-        client.out.erase(0, sent);
+
+    service.Sweep(now, [&](int fd, std::string reply) {
+      auto it = conns.find(fd);
+      if (it != conns.end()) it->second.Queue(std::move(reply));
+    });
+    size_t buffered = 0;
+    for (auto it = conns.begin(); it != conns.end();) {
+      const int fd = it->first;
+      Conn& c = it->second;
+      process(fd, c, now);  // a connection whose request was just answered may have more
+      bool drop = !Flush(fd, c, now);
+      // A refused client gets its reason, unless it will not even read it.
+      if (c.closing && (c.unsent() == 0 || now - c.last_active >= opt.handshake_timeout)) {
+        drop = true;
+      }
+      if (!c.authenticated && now - c.accepted_at >= opt.handshake_timeout) drop = true;
+      if (c.authenticated && !service.Parked(fd) && now - c.last_active >= opt.idle_timeout) {
+        drop = true;
+      }
+      if (drop) {
+        service.Forget(fd);
+        ::close(fd);
+        it = conns.erase(it);
+      } else {
+        buffered += c.in.buffered() + c.unsent();
+        ++it;
       }
     }
+    stat_connections_.store(static_cast<int>(conns.size()), std::memory_order_relaxed);
+    stat_keys_.store(service.keys(), std::memory_order_relaxed);
+    stat_stored_bytes_.store(service.stored_bytes(), std::memory_order_relaxed);
+    stat_buffered_bytes_.store(buffered, std::memory_order_relaxed);
   }
-  for (auto& [fd, client] : clients) ::close(fd);
+  for (auto& [fd, c] : conns) ::close(fd);
+}
+
+absl::StatusOr<std::string> NewStoreSecret() {
+  char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::UnavailableError(absl::StrCat("getrandom for the store secret: ",
+                                                 strerror(errno)));
+    }
+    got += n;
+  }
+  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
 }
 
 // ---------------------------------------------------------------- client
 
+namespace {
+bool IsOkReply(const std::vector<std::string>& reply) {
+  return reply.size() == 2 && reply[0] == "0";
+}
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
-                                                            absl::Duration connect_timeout) {
-  auto store = std::unique_ptr<TcpStore>(new TcpStore(host, port, connect_timeout));
-  TPX_ASSIGN_OR_RETURN(int fd, store->Acquire());
-  store->Release(fd);
+                                                            absl::Duration connect_timeout,
+                                                            std::string secret) {
+  auto store =
+      std::unique_ptr<TcpStore>(new TcpStore(host, port, connect_timeout, std::move(secret)));
+  TPX_ASSIGN_OR_RETURN(int fd, store->NewConnection());
+  // Not yet introduced: the handshake travels with this connection's first request.
+  std::lock_guard<std::mutex> lock(store->mu_);
+  store->fresh_.push_back(fd);
   return store;
 }
 
 TcpStore::~TcpStore() {
   for (int fd : idle_) ::close(fd);
+  for (int fd : fresh_) ::close(fd);
 }
 
 std::string TcpStore::address() const { return absl::StrCat(host_, ":", port_); }
 
-absl::StatusOr<int> TcpStore::Acquire() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!idle_.empty()) {
-      int fd = idle_.back();
-      idle_.pop_back();
-      return fd;
-    }
-  }
+absl::StatusOr<int> TcpStore::NewConnection() {
   socklen_t len = 0;
   TPX_ASSIGN_OR_RETURN(sockaddr_storage addr, Resolve(host_, port_, &len));
-  absl::Time deadline = absl::Now() + connect_timeout_;
+  const bool was_connected = ever_connected_.load(std::memory_order_acquire);
+  const absl::Duration patience =
+      was_connected ? std::min(connect_timeout_, kReconnectGrace) : connect_timeout_;
+  const absl::Time deadline = absl::Now() + patience;
   int last_errno = 0;
   while (true) {
     int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -381,12 +440,25 @@ absl::StatusOr<int> TcpStore::Acquire() {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) {
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // A store host whose machine vanished (no FIN, no RST) is noticed in
+      // about 10 s even while a Get waits without a timeout.
+      int idle = 5, interval = 2, count = 3;
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+      ever_connected_.store(true, std::memory_order_release);
       return fd;
     }
     last_errno = errno;
     ::close(fd);
     if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(20));  // the server may not be up yet
+  }
+  if (was_connected) {
+    return absl::UnavailableError(absl::StrCat(
+        "TcpStore: the store host at ", address(), " has gone away (", strerror(last_errno),
+        "; it was reachable before): did rank 0 or tpxrun exit?"));
   }
   return absl::UnavailableError(absl::StrCat(
       "TcpStore: cannot connect to ", address(), " within ",
@@ -395,37 +467,71 @@ absl::StatusOr<int> TcpStore::Acquire() {
       "(or MASTER_ADDR/MASTER_PORT) point at it?"));
 }
 
+absl::StatusOr<int> TcpStore::Acquire(bool* reused, bool* fresh) {
+  // Anything readable on a connection with no request in flight means the
+  // server closed it (idle or handshake timeout): replace it.
+  auto still_open = [](int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) == 0;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::vector<int>* pool : {&idle_, &fresh_}) {
+      while (!pool->empty()) {
+        int fd = pool->back();
+        pool->pop_back();
+        if (still_open(fd)) {
+          *reused = true;  // made before this call: the server may close it any time
+          *fresh = pool == &fresh_;
+          return fd;
+        }
+        ::close(fd);
+      }
+    }
+  }
+  *reused = false;
+  *fresh = true;
+  return NewConnection();
+}
+
 void TcpStore::Release(int fd) {
   std::lock_guard<std::mutex> lock(mu_);
   idle_.push_back(fd);
 }
 
-absl::StatusOr<std::string> TcpStore::Call(const std::vector<std::string>& request,
-                                           absl::Duration reply_within) {
-  TPX_ASSIGN_OR_RETURN(int fd, Acquire());
+absl::StatusOr<std::vector<std::string>> TcpStore::Exchange(int fd, const std::string& request,
+                                                            bool fresh, absl::Time deadline,
+                                                            bool* replied) {
   auto broken = [&](absl::string_view what) {
-    ::close(fd);
     return absl::UnavailableError(
         absl::StrCat("TcpStore ", address(), ": ", what, " (did the store host exit?)"));
   };
-  std::string frame = EncodeFrame(request);
+  *replied = false;
+  FrameReader in(kMaxReplyFrameBytes);
+  std::vector<std::string> reply;
+  bool send_failed = false;
+  // A new connection presents the secret in the same write as its first
+  // request, so connecting costs no extra round trip.
+  const std::string frame = fresh ? EncodeFrame({kHello, secret_}) + request : request;
+  int replies_left = fresh ? 2 : 1;
   for (size_t off = 0; off < frame.size();) {
     ssize_t sent = ::send(fd, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
     if (sent < 0 && errno == EINTR) continue;
-    if (sent <= 0) return broken(absl::StrCat("send failed: ", strerror(errno)));
+    if (sent <= 0) {
+      // A server that refuses this connection has already sent why: read it.
+      send_failed = true;
+      break;
+    }
     off += sent;
   }
-  // The server answers by its own deadline; allow slack for a busy machine.
-  absl::Time deadline = reply_within == absl::InfiniteDuration()
-                            ? absl::InfiniteFuture()
-                            : absl::Now() + reply_within + absl::Seconds(30);
-  std::string in;
-  std::vector<std::string> reply;
-  size_t consumed = 0;
   while (true) {
-    int rc = DecodeFrame(in, &reply, &consumed);
-    if (rc < 0) return broken("malformed reply");
-    if (rc > 0) break;
+    absl::StatusOr<bool> got = in.Next(&reply);
+    if (!got.ok()) return broken(absl::StrCat("malformed reply: ", got.status().message()));
+    if (*got) {
+      // The handshake's reply comes first; a refusal ends the exchange.
+      if (--replies_left == 0 || !IsOkReply(reply)) break;
+      continue;
+    }
     pollfd p{fd, POLLIN, 0};
     int64_t wait_ms = deadline == absl::InfiniteFuture()
                           ? 1000
@@ -437,20 +543,48 @@ absl::StatusOr<std::string> TcpStore::Call(const std::vector<std::string>& reque
       continue;
     }
     char buf[65536];
-    ssize_t got = ::recv(fd, buf, sizeof(buf), 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return broken("connection closed by the store server");
-    in.append(buf, got);
+    ssize_t got_bytes = ::recv(fd, buf, sizeof(buf), 0);
+    if (got_bytes < 0 && errno == EINTR) continue;
+    if (got_bytes <= 0) {
+      return broken(send_failed ? absl::StrCat("send failed: ", strerror(errno))
+                                : std::string("connection closed by the store server"));
+    }
+    *replied = true;
+    in.Append(buf, got_bytes);
   }
-  Release(fd);
-  if (reply.size() != 2) return absl::InternalError("TcpStore: malformed reply");
   int code = 0;
-  absl::SimpleAtoi(reply[0], &code);
+  if (reply.size() != 2 || !absl::SimpleAtoi(reply[0], &code) || code < 0 || code > 16) {
+    return broken("malformed reply");
+  }
   if (code != 0) {
     return absl::Status(static_cast<absl::StatusCode>(code),
                         absl::StrCat("TcpStore ", address(), ": ", reply[1]));
   }
-  return std::move(reply[1]);
+  return reply;
+}
+
+absl::StatusOr<std::string> TcpStore::Call(const std::vector<std::string>& request,
+                                           absl::Duration reply_within) {
+  const std::string frame = EncodeFrame(request);
+  // The server answers by its own deadline; allow slack for a busy machine.
+  const absl::Time deadline = reply_within == absl::InfiniteDuration()
+                                  ? absl::InfiniteFuture()
+                                  : absl::Now() + reply_within + absl::Seconds(30);
+  for (int attempt = 0;; ++attempt) {
+    bool reused = false, fresh = false;
+    TPX_ASSIGN_OR_RETURN(int fd, Acquire(&reused, &fresh));
+    bool replied = false;
+    absl::StatusOr<std::vector<std::string>> reply = Exchange(fd, frame, fresh, deadline, &replied);
+    if (reply.ok()) {
+      Release(fd);
+      return std::move((*reply)[1]);
+    }
+    ::close(fd);
+    // A pooled connection the server closed before reading this request
+    // (idle timeout) carried nothing: retry once on a new connection.
+    const bool stale = reused && !replied && reply.status().code() == absl::StatusCode::kUnavailable;
+    if (!stale || attempt > 0) return reply.status();
+  }
 }
 
 namespace {

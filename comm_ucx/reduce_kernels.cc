@@ -118,6 +118,7 @@ size_t AccElementSize(tpx_dtype_t dtype) {
 bool Reducible(tpx_dtype_t dtype) { return dtype != TPX_DTYPE_BOOL; }
 
 void ToAcc(tpx_dtype_t dtype, const void* src, void* acc, size_t n) {
+  if (n == 0) return;  // empty contributions may come with null buffers
   switch (dtype) {
     case TPX_DTYPE_BF16:
       Bf16ToF32N(static_cast<const uint16_t*>(src), static_cast<float*>(acc), n);
@@ -183,6 +184,7 @@ void ReduceInto(tpx_dtype_t dtype, tpx_reduce_op_t op, void* out, const void* in
 
 void FromAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, const void* acc, void* dst,
              size_t n) {
+  if (n == 0) return;  // empty contributions may come with null buffers
   const bool avg = op == TPX_REDUCE_AVG && world > 1;
   switch (dtype) {
     case TPX_DTYPE_F32:

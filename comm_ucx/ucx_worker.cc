@@ -306,7 +306,7 @@ void Worker::CloseEndpoints(Clock::time_point deadline, bool force) {
   notices_.Flush(worker_, 50000);
   closed_ = true;
   std::vector<void*> pending;
-  // eps_ is empty when creation failed before connecting.
+  // eps_ is empty when Create failed before connecting (e.g. the store was gone).
   for (int peer = 0; peer < static_cast<int>(eps_.size()); ++peer) {
     if (eps_[peer] == nullptr) continue;
     ucp_request_param_t param{};

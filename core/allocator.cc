@@ -1,14 +1,52 @@
 #include "core/allocator.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace tpx {
+namespace {
+
+// The size a block of `bytes` is allocated and cached as: whole pages for
+// cached sizes (so nearby sizes share blocks), whole alignment units below.
+size_t RoundedSize(size_t bytes) {
+  if (bytes >= CpuAllocator::kMinCachedBytes) {
+    return (bytes + CpuAllocator::kMinCachedBytes - 1) / CpuAllocator::kMinCachedBytes *
+           CpuAllocator::kMinCachedBytes;
+  }
+  // aligned_alloc needs a size that is a multiple of the alignment (and > 0).
+  const size_t rounded =
+      (bytes + CpuAllocator::kAlignment - 1) / CpuAllocator::kAlignment * CpuAllocator::kAlignment;
+  return rounded == 0 ? CpuAllocator::kAlignment : rounded;
+}
+
+size_t CacheLimitFromEnv() {
+  const char* on = std::getenv("TPX_CPU_ALLOCATOR_CACHE");
+  if (on != nullptr && std::strcmp(on, "0") == 0) return 0;
+  if (const char* mb = std::getenv("TPX_CPU_ALLOCATOR_CACHE_MB")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(mb, &end, 10);
+    if (end != mb && *end == '\0' && v >= 0) return static_cast<size_t>(v) << 20;
+  }
+  return CpuAllocator::kDefaultCacheLimitBytes;
+}
+
+}  // namespace
+
+CpuAllocator::~CpuAllocator() { ReleaseCache(); }
 
 void* CpuAllocator::Allocate(size_t bytes) {
-  // aligned_alloc needs a size that is a multiple of the alignment (and > 0).
-  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  const size_t rounded = RoundedSize(bytes);
+  void* ptr = nullptr;
+  if (cache_limit_ > 0 && rounded >= kMinCachedBytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_blocks_.find(rounded);
+    if (it != free_blocks_.end() && !it->second.empty()) {
+      ptr = it->second.back();
+      it->second.pop_back();
+      cached_bytes_ -= rounded;
+    }
+  }
+  if (ptr == nullptr) ptr = std::aligned_alloc(kAlignment, rounded);
   if (ptr == nullptr) return nullptr;
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
                 static_cast<int64_t>(bytes);
@@ -20,14 +58,41 @@ void* CpuAllocator::Allocate(size_t bytes) {
 
 void CpuAllocator::Deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  std::free(ptr);
   current_.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  const size_t rounded = RoundedSize(bytes);
+  if (cache_limit_ > 0 && rounded >= kMinCachedBytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cached_bytes_ + rounded <= cache_limit_) {
+      free_blocks_[rounded].push_back(ptr);
+      cached_bytes_ += rounded;
+      return;
+    }
+  }
+  std::free(ptr);
 }
 
 void CpuAllocator::ResetPeak() { peak_.store(CurrentBytes(), std::memory_order_relaxed); }
 
+int64_t CpuAllocator::CachedBytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(cached_bytes_);
+}
+
+void CpuAllocator::ReleaseCache() {
+  std::unordered_map<size_t, std::vector<void*>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(free_blocks_);
+    cached_bytes_ = 0;
+  }
+  for (auto& [size, list] : blocks) {
+    for (void* p : list) std::free(p);
+  }
+}
+
 CpuAllocator& GetCpuAllocator() {
-  static CpuAllocator* allocator = new CpuAllocator();  // never destroyed: outlives all tensors
+  // Never destroyed: outlives all tensors.
+  static CpuAllocator* allocator = new CpuAllocator(CacheLimitFromEnv());
   return *allocator;
 }
 

@@ -1,6 +1,10 @@
 #include "core/allocator.h"
 
 #include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -40,6 +44,72 @@ TEST(CpuAllocatorTest, ZeroBytesGivesUsablePointer) {
 TEST(CpuAllocatorTest, ProcessWideInstanceIsCpu) {
   EXPECT_TRUE(GetCpuAllocator().device().is_cpu());
   EXPECT_EQ(&GetCpuAllocator(), &GetCpuAllocator());
+}
+
+TEST(CpuAllocatorTest, ReusesFreedBlocksOfTheSameRoundedSize) {
+  CpuAllocator alloc;
+  void* a = alloc.Allocate(100000);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 1, 100000);
+  alloc.Deallocate(a, 100000);
+  EXPECT_EQ(alloc.CurrentBytes(), 0);
+  EXPECT_GE(alloc.CachedBytes(), 100000);
+  // Same page-rounded size: the cached block comes back.
+  void* b = alloc.Allocate(100001);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(alloc.CachedBytes(), 0);
+  EXPECT_EQ(alloc.CurrentBytes(), 100001);
+  // Another size does not take it.
+  alloc.Deallocate(b, 100001);
+  void* c = alloc.Allocate(300000);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % CpuAllocator::kAlignment, 0u);
+  alloc.Deallocate(c, 300000);
+  alloc.ReleaseCache();
+  EXPECT_EQ(alloc.CachedBytes(), 0);
+}
+
+TEST(CpuAllocatorTest, CacheIsBoundedAndCanBeOff) {
+  CpuAllocator alloc(/*cache_limit_bytes=*/3 * 8192);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) blocks.push_back(alloc.Allocate(8192));
+  for (void* p : blocks) alloc.Deallocate(p, 8192);
+  EXPECT_EQ(alloc.CachedBytes(), 3 * 8192);
+  // Small blocks are never cached.
+  alloc.Deallocate(alloc.Allocate(100), 100);
+  EXPECT_EQ(alloc.CachedBytes(), 3 * 8192);
+
+  CpuAllocator off(/*cache_limit_bytes=*/0);
+  off.Deallocate(off.Allocate(1 << 20), 1 << 20);
+  EXPECT_EQ(off.CachedBytes(), 0);
+  EXPECT_EQ(off.CurrentBytes(), 0);
+}
+
+TEST(CpuAllocatorTest, ConcurrentAllocateAndFreeKeepBlocksDistinct) {
+  CpuAllocator alloc(/*cache_limit_bytes=*/1 << 20);
+  constexpr int kThreads = 4, kRounds = 200;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&alloc, &failures, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const size_t bytes = 4096 * (1 + (r + t) % 3);
+        auto* p = static_cast<unsigned char*>(alloc.Allocate(bytes));
+        if (p == nullptr) {
+          ++failures[t];
+          continue;
+        }
+        // A block handed to two threads at once would be overwritten here.
+        std::memset(p, t + 1, bytes);
+        for (size_t i = 0; i < bytes; i += 512) failures[t] += p[i] != t + 1;
+        alloc.Deallocate(p, bytes);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << t;
+  EXPECT_EQ(alloc.CurrentBytes(), 0);
+  EXPECT_LE(alloc.CachedBytes(), 1 << 20);
 }
 
 }  // namespace

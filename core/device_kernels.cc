@@ -20,7 +20,33 @@ const char* LibraryFor(DeviceType type) {
   return type == DeviceType::kCUDA ? "//core/cuda" : "//core:tensor";
 }
 
+absl::Status NotOnThisDevice(const char* kernel) {
+  return absl::UnimplementedError(
+      absl::StrCat(kernel, ": no fused kernel on this device (compose it from other ops)"));
+}
+
 }  // namespace
+
+absl::Status DeviceKernels::LayerNorm(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, const Tensor&, int64_t, int64_t, double) {
+  return NotOnThisDevice("LayerNorm");
+}
+
+absl::Status DeviceKernels::LayerNormBackward(const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, const Tensor&, const Tensor&,
+                                              const Tensor&, const Tensor&, int64_t, int64_t) {
+  return NotOnThisDevice("LayerNormBackward");
+}
+
+absl::Status DeviceKernels::ScaledSoftmax(const Tensor&, const Tensor&, int64_t, int64_t,
+                                          int64_t, double, bool) {
+  return NotOnThisDevice("ScaledSoftmax");
+}
+
+absl::Status DeviceKernels::ScaledSoftmaxBackward(const Tensor&, const Tensor&, const Tensor&,
+                                                  int64_t, int64_t, double) {
+  return NotOnThisDevice("ScaledSoftmaxBackward");
+}
 
 void RegisterDeviceKernels(DeviceType type, DeviceKernels* kernels) {
   DeviceKernels* expected = nullptr;

@@ -86,6 +86,35 @@ class DeviceKernels {
   virtual absl::Status Softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t n,
                                int64_t inner, bool log) = 0;
 
+  // ---- Fused transformer kernels: one pass per row where the composed ops
+  // take several. Every tensor is contiguous. The defaults return
+  // Unimplemented; the ops behind them (core/ops.h, "Fused") pass that on
+  // and their callers (core/autograd) then compose the same math from the
+  // ops above, so a device overrides these only to go faster. ----
+  // Per row of x [rows, h]: mean, rstd = 1 / sqrt(var + eps) (f32 [rows]),
+  // y = (x - mean) * rstd * weight + bias. y has x's floating dtype; weight
+  // and bias are f32 [h] or undefined (1 and 0).
+  virtual absl::Status LayerNorm(const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                                 const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                 int64_t rows, int64_t h, double eps);
+  // Gradients of LayerNorm given grad (x's dtype) and the forward's mean and
+  // rstd: dx (x's dtype), dweight and dbias (f32 [h]); an undefined output
+  // is not computed. weight as in LayerNorm.
+  virtual absl::Status LayerNormBackward(const Tensor& dx, const Tensor& dweight,
+                                         const Tensor& dbias, const Tensor& grad,
+                                         const Tensor& x, const Tensor& mean, const Tensor& rstd,
+                                         const Tensor& weight, int64_t rows, int64_t h);
+  // Softmax of scale * in over the last dim of [batch, m, n], where row i of
+  // each matrix sees columns j <= i + n - m only when `causal` (the others
+  // get probability 0; a row that sees none is all 0). out has in's dtype.
+  virtual absl::Status ScaledSoftmax(const Tensor& out, const Tensor& in, int64_t batch,
+                                     int64_t m, int64_t n, double scale, bool causal);
+  // Given y = ScaledSoftmax(x) over rows of n: dx = scale * y * (grad -
+  // sum(grad * y)); all one floating dtype.
+  virtual absl::Status ScaledSoftmaxBackward(const Tensor& dx, const Tensor& grad,
+                                             const Tensor& y, int64_t rows, int64_t n,
+                                             double scale);
+
   // ---- Gather / scatter-add along dim. Every tensor is contiguous; index
   // is 1-D i32/i64 with every value already checked to be in [0, size(dim))
   // of in (IndexSelect) or dst (IndexAdd). ----

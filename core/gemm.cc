@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/allocator.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -122,9 +124,17 @@ absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void*
         {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, CpuEngine(), const_cast<void*>(b))},
         {DNNL_ARG_DST, dnnl::memory(c_md, CpuEngine(), c)}};
     const size_t scratch_bytes = mm.scratchpad.get_size();
-    std::unique_ptr<char[]> scratchpad;  // uninitialised: the library writes before reading
+    // Uninitialised (the library writes before reading), from the caching
+    // allocator so repeated GEMMs reuse mapped pages.
+    CpuAllocator& alloc = GetCpuAllocator();
+    std::unique_ptr<void, std::function<void(void*)>> scratchpad(
+        nullptr, [&alloc, scratch_bytes](void* p) { alloc.Deallocate(p, scratch_bytes); });
     if (scratch_bytes > 0) {
-      scratchpad.reset(new char[scratch_bytes]);
+      scratchpad.reset(alloc.Allocate(scratch_bytes));
+      if (scratchpad == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "Gemm: no memory for a ", scratch_bytes, "-byte oneDNN scratchpad"));
+      }
       args.emplace(DNNL_ARG_SCRATCHPAD,
                    dnnl::memory(mm.scratchpad, CpuEngine(), scratchpad.get()));
     }

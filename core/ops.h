@@ -30,9 +30,10 @@
 //    stream (core/cuda/current_stream.h) and return before they finish;
 //    ToVector/Item/To(Device::CPU()) wait for them. Index checks (IndexSelect,
 //    IndexAdd) read the index on the host, which waits too.
-//  - Threads (CPU): elementwise ops and reductions run on the calling thread;
-//    GEMMs use GemmThreads() threads (core/gemm.h). Ops may run concurrently
-//    from several threads as long as no two write the same tensor.
+//  - Threads (CPU): GEMMs, and large elementwise ops, softmax and the fused
+//    kernels, use GemmThreads() threads (core/gemm.h); the other ops run on
+//    the calling thread. Ops may run concurrently from several threads as
+//    long as no two write the same tensor.
 #ifndef TPX_CORE_OPS_H_
 #define TPX_CORE_OPS_H_
 
@@ -136,6 +137,37 @@ absl::StatusOr<Tensor> SumTo(const Tensor& t, absl::Span<const int64_t> shape);
 // Numerically stable softmax / log-softmax along dim (floating).
 absl::StatusOr<Tensor> Softmax(const Tensor& t, int64_t dim);
 absl::StatusOr<Tensor> LogSoftmax(const Tensor& t, int64_t dim);
+
+// ---------------- Fused transformer kernels ----------------
+// One pass over memory where the composed ops take several. Devices without
+// the kernel return Unimplemented (the math is then composed from the ops
+// above, as core/autograd/functional.cc does).
+struct LayerNormResult {
+  Tensor y;          // x's shape and dtype
+  Tensor mean, rstd;  // f32 [rows]: per-row mean and 1 / sqrt(var + eps)
+};
+// Layer norm over the last dim of x (floating); weight and bias [size(-1)]
+// of any floating dtype, or undefined.
+absl::StatusOr<LayerNormResult> LayerNorm(const Tensor& x, const Tensor& weight,
+                                          const Tensor& bias, double eps);
+struct LayerNormGradients {
+  Tensor input;          // x's dtype
+  Tensor weight, bias;   // f32 [size(-1)]
+};
+// Gradients of LayerNorm from grad (x's shape and dtype), x and the
+// forward's mean and rstd; only the requested ones are defined.
+absl::StatusOr<LayerNormGradients> LayerNormBackward(const Tensor& grad, const Tensor& x,
+                                                     const Tensor& mean, const Tensor& rstd,
+                                                     const Tensor& weight, bool need_input,
+                                                     bool need_weight, bool need_bias);
+// Softmax over the last dim of scale * x (floating, at least 2-D [..., m,
+// n]); with `causal`, row i of each [m, n] matrix keeps columns j <= i + n - m
+// and gives the rest probability 0 (a causal attention mask, m == n in
+// self-attention).
+absl::StatusOr<Tensor> ScaledSoftmax(const Tensor& x, double scale, bool causal);
+// Given y = ScaledSoftmax(x, scale, ...) (or Softmax over the last dim with
+// scale 1): the gradient of x, scale * y * (grad - sum(grad * y, -1)).
+absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale);
 
 // ---------------- Matrix products ----------------
 // op(a) @ op(b) where op transposes the last two dims when asked.

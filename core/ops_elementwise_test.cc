@@ -50,6 +50,30 @@ TEST(BroadcastTest, Shapes) {
               HasSubstr("Add: shapes [2, 3] and [4] are not broadcastable"));
 }
 
+// Large enough to be split over the kernel threads: by rows, within a single
+// row, and with a broadcast and a strided operand.
+TEST_P(ElementwiseTest, LargeOpsSplitOverThreadsMatchReference) {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{300, 257}, {257}}, {{1, 70001}, {1, 70001}}, {{2, 40000}, {2, 1}}};
+  for (const auto& [sa, sb] : cases) {
+    Tensor a = TestRandom(sa, DType::kF32, 1);
+    Tensor b = TestRandom(sb, DType::kF32, 2, 0.5f, 2.0f);
+    EXPECT_TRUE(TensorsClose(*Mul(a, b), BroadcastReference(a, b, std::multiplies<>()), 1e-6,
+                             1e-6))
+        << ShapeString(sa);
+  }
+  Tensor a = TestRandom({257, 300}, DType::kF32, 3);
+  Tensor at = *a.Transpose(0, 1);  // strided view
+  Tensor b = TestRandom({300, 257}, DType::kF32, 4);
+  EXPECT_TRUE(TensorsClose(*Sub(at, b), BroadcastReference(*at.Contiguous(), b, std::minus<>()),
+                           1e-6, 1e-6));
+  std::vector<double> xs = a.ToVector<double>(), gelu(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    gelu[i] = 0.5 * xs[i] * (1.0 + std::erf(xs[i] / std::sqrt(2.0)));
+  }
+  EXPECT_TRUE(TensorsClose(*Gelu(a), *TestFromVector<double>(gelu, a.shape()), 1e-5, 1e-6));
+}
+
 TEST_P(ElementwiseTest, ArithmeticWithBroadcastingMatchesReference) {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{3, 4}, {3, 4}}, {{3, 4}, {4}}, {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}},

@@ -10,7 +10,8 @@
 // --nnodes/--nproc/--master_addr/--master_port everywhere and a distinct
 // --node_rank. Node 0 hosts the store on master_addr:master_port (the
 // address given, not every interface); node k's local rank r is global rank
-// k * nproc + r. Ranks start only once every node arrived; a node missing
+// k * nproc + r; every node needs the same TPX_STORE_SECRET in its
+// environment. Ranks start only once every node arrived; a node missing
 // after --rdzv_timeout seconds (default 300) is an error naming the missing
 // node ranks. Node 0 keeps the store up until every node's ranks finished.
 //
@@ -21,9 +22,15 @@
 //
 // Exit status: 0 when every rank exits 0; otherwise that of the first rank
 // to fail (128 + signal number for a rank killed by a signal).
+//
+// Each rank runs in its own process group (signals reach its children too)
+// and dies with tpxrun, even when tpxrun is killed with SIGKILL (parent-death
+// signal). The store admits only the job's ranks: tpxrun passes them a
+// random TPX_STORE_SECRET (or the one in its own environment).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -224,6 +231,17 @@ void LeaveNodes(tpx::comm::Store& store, int nnodes, int node_rank) {
   std::fprintf(stderr, "tpxrun: not every node finished within 60s; closing the store\n");
 }
 
+// The job's store secret: TPX_STORE_SECRET if set, else a random one.
+std::string JobSecret() {
+  if (const char* s = std::getenv("TPX_STORE_SECRET"); s != nullptr && s[0] != '\0') return s;
+  absl::StatusOr<std::string> secret = tpx::comm::NewStoreSecret();
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tpxrun: %s\n", std::string(secret.status().message()).c_str());
+    std::exit(1);
+  }
+  return *secret;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -233,12 +251,21 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (args.nnodes > 1 && std::getenv("TPX_STORE_SECRET") == nullptr) {
+    // A secret made up here would differ on every node.
+    std::fprintf(stderr, "tpxrun: --nnodes %d needs TPX_STORE_SECRET, the same on every node "
+                 "(e.g. from `openssl rand -hex 16`)\n", args.nnodes);
+    return 2;
+  }
+  const std::string secret = JobSecret();
   std::unique_ptr<tpx::comm::TcpStoreServer> server;
   int port = args.master_port;
   if (args.store_on_rank0) {
     if (port == 0) port = FreePort(args.master_addr);
   } else if (args.node_rank == 0) {  // other nodes use node 0's store
-    auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port);
+    tpx::comm::TcpStoreServerOptions store_options;
+    store_options.secret = secret;
+    auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port, store_options);
     if (!listening.ok()) {
       std::fprintf(stderr, "tpxrun: %s\n", std::string(listening.status().message()).c_str());
       return 1;
@@ -251,7 +278,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<tpx::comm::TcpStore> node_store;
   if (args.nnodes > 1) {
     const absl::Duration timeout = absl::Seconds(args.rdzv_timeout_s);
-    auto connected = tpx::comm::TcpStore::Connect(args.master_addr, port, timeout);
+    auto connected = tpx::comm::TcpStore::Connect(args.master_addr, port, timeout, secret);
     absl::Status joined = connected.ok() ? JoinNodes(**connected, args.nnodes, args.node_rank, timeout)
                                          : connected.status();
     if (!joined.ok()) {
@@ -292,6 +319,7 @@ int main(int argc, char** argv) {
     put("TPX_STORE_ADDR", args.master_addr);
     put("TPX_STORE_PORT", absl::StrCat(port));
     put("TPX_STORE_HOSTED", server || args.nnodes > 1 ? "1" : "0");
+    put("TPX_STORE_SECRET", secret);
     put("RANK", absl::StrCat(rank0 + r));
     put("WORLD_SIZE", absl::StrCat(world));
     put("LOCAL_RANK", absl::StrCat(r));
@@ -312,9 +340,14 @@ int main(int argc, char** argv) {
       std::perror("tpxrun: pipe");
       return 1;
     }
+    const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: signals reach the rank's children too
+      // Die with tpxrun, also when it is SIGKILLed (the setting survives
+      // exec). tpxrun may have died before prctl: then we are orphaned already.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(128 + SIGKILL);
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
       struct sigaction dfl {};

@@ -2,6 +2,7 @@
 // per host with torchrun's multi-node options, and a node that never comes.
 // The store port is fixed: it lives inside namespaces this test just made,
 // where nothing else listens. Skips where namespaces cannot be created.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,13 +47,17 @@ std::vector<std::string> Tpxrun(const EmulatedHosts& hosts, int nnodes, int node
   return argv;
 }
 
+// Every node's tpxrun gets the job's store secret (the same everywhere).
+const std::string kSecret = "TPX_STORE_SECRET=0123456789abcdef0123456789abcdef";
+
 TEST(TpxrunMultiNode, TwoNodesRunOneJob) {
   TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
   const std::string prog = Runfile("tools/tpxrun_test_prog");
   std::vector<pid_t> pids;
   for (int node = 0; node < 2; ++node) {
     const std::string log = LogPath(absl::StrCat("two_nodes_", node));
-    auto pid = hosts->Spawn(node, Tpxrun(*hosts, 2, node, {"--", prog, "allreduce"}), log);
+    auto pid = hosts->Spawn(node, Tpxrun(*hosts, 2, node, {"--", prog, "allreduce"}), log,
+                            {kSecret});
     ASSERT_TRUE(pid.ok()) << pid.status();
     pids.push_back(*pid);
   }
@@ -72,7 +78,7 @@ TEST(TpxrunMultiNode, MissingNodesAreNamed) {
   const std::string log = LogPath("missing");
   auto pid = hosts->Spawn(
       0, Tpxrun(*hosts, 3, 0, {"--rdzv_timeout", "1", "--", Runfile("tools/tpxrun_test_prog")}),
-      log);
+      log, {kSecret});
   ASSERT_TRUE(pid.ok()) << pid.status();
   auto code = WaitForExit(*pid, absl::Seconds(60));
   const std::string out = ReadAll(log);
@@ -84,17 +90,32 @@ TEST(TpxrunMultiNode, MissingNodesAreNamed) {
   EXPECT_EQ(out.find("[rank"), std::string::npos) << "no rank may start: " << out;
 }
 
-TEST(TpxrunMultiNode, BadNodeRankIsRejected) {
-  // Argument checks happen before any network use: no namespace needed.
-  std::string cmd = absl::StrCat(Runfile("tools/tpxrun"),
-                                 " --nnodes 2 --node_rank 2 --nproc 1 --master_port 1 -- true 2>&1");
+// Runs tpxrun with `args` on this host; its exit code and output.
+std::pair<int, std::string> RunLocally(const std::string& args) {
+  std::string cmd = absl::StrCat(Runfile("tools/tpxrun"), " ", args, " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  if (p == nullptr) return {-1, "popen failed"};
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  EXPECT_EQ(::pclose(p) >> 8, 2) << out;
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Argument checks happen before any network use: no namespace needed.
+TEST(TpxrunMultiNode, BadNodeRankIsRejected) {
+  auto [code, out] = RunLocally("--nnodes 2 --node_rank 2 --nproc 1 --master_port 1 -- true");
+  EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--node_rank 2 must be below --nnodes 2"), std::string::npos) << out;
+}
+
+TEST(TpxrunMultiNode, SeveralNodesNeedASharedSecret) {
+  ::unsetenv("TPX_STORE_SECRET");
+  auto [code, out] = RunLocally("--nnodes 2 --node_rank 1 --nproc 1 --master_port 1 -- true");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--nnodes 2 needs TPX_STORE_SECRET, the same on every node"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

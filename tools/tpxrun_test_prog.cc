@@ -1,8 +1,12 @@
 // Test program run under tpxrun by tpxrun_test:
 //   env       print the rank layout this process sees
 //   fail R    rank R exits with code 3 at once; the others sleep long
-//   sleep     every rank sleeps long (for signal forwarding)
+//   sleep     every rank prints "pid=<pid>" and sleeps long (signals, orphans)
+//   secret    print the store secret this rank was given
+//   die0      all-reduce once, then rank 0 dies (SIGKILL) and the others keep
+//             all-reducing until an error, which they print
 //   allreduce comm::Init() and an all-reduce of the ranks (needs the plugin)
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,7 +35,31 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "sleep") {
+    std::printf("pid=%d\n", static_cast<int>(::getpid()));
+    std::fflush(stdout);
     ::sleep(120);
+    return 0;
+  }
+  if (mode == "secret") {
+    std::printf("secret=%s\n", env->store_secret.c_str());
+    return 0;
+  }
+  if (mode == "die0") {
+    auto world = tpx::comm::Init();
+    if (!world.ok()) {
+      std::fprintf(stderr, "init failed: %s\n", std::string(world.status().message()).c_str());
+      return 1;
+    }
+    for (int step = 0; step < 100000; ++step) {
+      if (step == 1 && (*world)->rank() == 0) ::raise(SIGKILL);
+      int32_t x = 1;
+      absl::Status s =
+          (*world)->AllReduce(&x, 1, tpx::DType::kI32, tpx::comm::ReduceOp::kSum).Wait();
+      if (!s.ok()) {
+        std::printf("all_reduce failed: %s\n", std::string(s.message()).c_str());
+        return 1;
+      }
+    }
     return 0;
   }
   if (mode == "allreduce") {

@@ -19,6 +19,14 @@ absl::StatusOr<Tensor> LayerNormForward(const Tensor& x, const Tensor& weight, c
                        " does not match the last dim of ", x.ToString()));
     }
   }
+  absl::StatusOr<ops::LayerNormResult> fused = ops::LayerNorm(x, weight, bias, eps);
+  if (fused.ok()) {
+    if (saved != nullptr) *saved = {.x = x, .mean = fused->mean, .rstd = fused->rstd,
+                                    .x_dtype = x.dtype()};
+    return fused->y;
+  }
+  if (!absl::IsUnimplemented(fused.status())) return fused.status();
+  // No fused kernel on this device: compose it.
   TPX_ASSIGN_OR_RETURN(Tensor xf, x.To(DType::kF32));
   TPX_ASSIGN_OR_RETURN(Tensor mean, ops::Mean(xf, -1, /*keepdim=*/true));
   TPX_ASSIGN_OR_RETURN(Tensor xc, ops::Sub(xf, mean));
@@ -38,18 +46,34 @@ absl::StatusOr<Tensor> LayerNormForward(const Tensor& x, const Tensor& weight, c
     TPX_ASSIGN_OR_RETURN(Tensor b, bias.To(DType::kF32));
     TPX_ASSIGN_OR_RETURN(y, ops::Add(y, b));
   }
-  if (saved != nullptr) *saved = {xhat, rstd, x.dtype()};
+  if (saved != nullptr) *saved = {.xhat = xhat, .rstd = rstd, .x_dtype = x.dtype()};
   return y.To(x.dtype());
 }
 
 absl::StatusOr<LayerNormGrads> LayerNormBackward(const Tensor& grad, const LayerNormSaved& saved,
                                                  const Tensor& weight, NeedGrads need) {
-  if (!grad.defined() || grad.shape() != saved.xhat.shape()) {
+  const Tensor& saved_input = saved.mean.defined() ? saved.x : saved.xhat;
+  if (!grad.defined() || grad.shape() != saved_input.shape()) {
     return absl::InvalidArgumentError(absl::StrCat("LayerNormBackward: gradient ", grad.ToString(),
                                                    " does not match the saved input ",
-                                                   saved.xhat.ToString()));
+                                                   saved_input.ToString()));
   }
   LayerNormGrads out;
+  if (saved.mean.defined()) {
+    TPX_ASSIGN_OR_RETURN(Tensor g, grad.To(saved.x.dtype()));
+    TPX_ASSIGN_OR_RETURN(
+        ops::LayerNormGradients d,
+        ops::LayerNormBackward(g, saved.x, saved.mean, saved.rstd, weight, need.input,
+                               need.weight && weight.defined(), need.bias));
+    out.input = d.input;
+    if (d.weight.defined()) {
+      TPX_ASSIGN_OR_RETURN(out.weight, d.weight.To(weight.dtype()));
+    }
+    if (d.bias.defined()) {
+      TPX_ASSIGN_OR_RETURN(out.bias, d.bias.To(grad.dtype()));
+    }
+    return out;
+  }
   const int64_t h = saved.xhat.size(-1);
   TPX_ASSIGN_OR_RETURN(Tensor gf, grad.To(DType::kF32));
   if (need.input) {
@@ -83,6 +107,10 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(const Tensor& grad, const Layer
 }
 
 absl::StatusOr<Tensor> SoftmaxBackward(const Tensor& grad, const Tensor& y, int64_t dim) {
+  if (y.defined() && (dim == -1 || dim == y.dim() - 1)) {
+    absl::StatusOr<Tensor> dx = ops::ScaledSoftmaxBackward(grad, y, 1.0);
+    if (!absl::IsUnimplemented(dx.status())) return dx;
+  }
   TPX_ASSIGN_OR_RETURN(Tensor gy, ops::Mul(grad, y));
   TPX_ASSIGN_OR_RETURN(Tensor s, ops::Sum(gy, dim, /*keepdim=*/true));
   TPX_ASSIGN_OR_RETURN(Tensor ys, ops::Mul(y, s));

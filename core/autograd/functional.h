@@ -29,10 +29,14 @@ struct NeedGrads {
 };
 
 // ---- LayerNorm over the last dim ----
-// What the backward needs: the normalized input and 1/std, both f32.
+// What the backward needs. Where the device has the fused kernel
+// (core/ops.h LayerNorm): the input and the per-row statistics; elsewhere
+// the normalized input and 1/std from the composed ops.
 struct LayerNormSaved {
-  Tensor xhat;  // (x - mean) * rstd, x's shape
-  Tensor rstd;  // [..., 1]
+  Tensor x;     // fused: the input
+  Tensor mean;  // fused: f32 [rows]
+  Tensor xhat;  // composed: (x - mean) * rstd, f32, x's shape
+  Tensor rstd;  // f32: [rows] (fused) or [..., 1] (composed)
   DType x_dtype = DType::kF32;
 };
 struct LayerNormGrads {
@@ -46,7 +50,8 @@ absl::StatusOr<LayerNormGrads> LayerNormBackward(const Tensor& grad, const Layer
                                                  const Tensor& weight, NeedGrads need);
 
 // ---- Softmax ----
-// Given y = Softmax(x, dim): dx = y * (grad - sum(grad * y, dim)).
+// Given y = Softmax(x, dim): dx = y * (grad - sum(grad * y, dim)) (one fused
+// pass over the last dim where the device has the kernel).
 absl::StatusOr<Tensor> SoftmaxBackward(const Tensor& grad, const Tensor& y, int64_t dim);
 // Given y = LogSoftmax(x, dim): dx = grad - exp(y) * sum(grad, dim).
 absl::StatusOr<Tensor> LogSoftmaxBackward(const Tensor& grad, const Tensor& y, int64_t dim);

@@ -60,6 +60,11 @@ absl::StatusOr<Variable> Mean(const Variable& x);
 absl::StatusOr<Variable> Max(const Variable& x, int64_t dim, bool keepdim = false);
 absl::StatusOr<Variable> Softmax(const Variable& x, int64_t dim);
 absl::StatusOr<Variable> LogSoftmax(const Variable& x, int64_t dim);
+// Softmax over the last dim of scale * x; with `causal`, row i of each
+// [m, n] matrix attends to columns j <= i + n - m only (the others get
+// probability 0): attention's scale, causal mask and softmax in one pass
+// where the device has the fused kernel (core/ops.h ScaledSoftmax).
+absl::StatusOr<Variable> ScaledSoftmax(const Variable& x, double scale, bool causal);
 
 // ---- Matrix products ----
 // [M, K] x [K, N], or batched [B, M, K] x [B, K, N] / [B, M, K] x [K, N].

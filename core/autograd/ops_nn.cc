@@ -1,4 +1,5 @@
 // Differentiable reductions, softmax, matrix products and layer norm.
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -126,6 +127,54 @@ absl::StatusOr<Variable> Softmax(const Variable& x, int64_t dim) {
       [dim](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
         TPX_ASSIGN_OR_RETURN(Tensor dx, SoftmaxBackward(g[0], op.Saved(0), dim));
         return Tensors{dx};
+      },
+      {x});
+}
+
+namespace {
+
+// ScaledSoftmax from the unfused ops, for devices without the kernel:
+// softmax(scale * x + mask), the mask -inf above the shifted diagonal.
+absl::StatusOr<Tensor> ComposedScaledSoftmax(const Tensor& x, double scale, bool causal) {
+  TPX_ASSIGN_OR_RETURN(Tensor z, ops::Scale(x, scale));
+  if (causal) {
+    const int64_t m = x.size(-2), n = x.size(-1);
+    TPX_ASSIGN_OR_RETURN(Tensor rows, Tensor::Arange(0.0, static_cast<double>(m), 1.0,
+                                                     DType::kF32, x.device()));
+    TPX_ASSIGN_OR_RETURN(rows, rows.Reshape({m, 1}));
+    TPX_ASSIGN_OR_RETURN(Tensor cols, Tensor::Arange(static_cast<double>(m - n),
+                                                     static_cast<double>(m), 1.0, DType::kF32,
+                                                     x.device()));
+    TPX_ASSIGN_OR_RETURN(Tensor visible, ops::Ge(rows, cols));  // [m, n]: i >= j - (n - m)
+    TPX_ASSIGN_OR_RETURN(Tensor neg_inf,
+                         Tensor::Full({}, -std::numeric_limits<double>::infinity(), x.dtype(),
+                                      x.device()));
+    TPX_ASSIGN_OR_RETURN(z, ops::Where(visible, z, neg_inf));
+  }
+  return ops::Softmax(z, -1);
+}
+
+}  // namespace
+
+absl::StatusOr<Variable> ScaledSoftmax(const Variable& x, double scale, bool causal) {
+  if (!x.defined()) return absl::InvalidArgumentError("ScaledSoftmax: undefined Variable");
+  return ApplyOp(
+      "ScaledSoftmax",
+      [scale, causal](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        absl::StatusOr<Tensor> y = ops::ScaledSoftmax(in[0], scale, causal);
+        if (absl::IsUnimplemented(y.status())) y = ComposedScaledSoftmax(in[0], scale, causal);
+        TPX_RETURN_IF_ERROR(y.status());
+        op.Save({*y});
+        return Tensors{*y};
+      },
+      [scale](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        absl::StatusOr<Tensor> dx = ops::ScaledSoftmaxBackward(g[0], op.Saved(0), scale);
+        if (absl::IsUnimplemented(dx.status())) {
+          TPX_ASSIGN_OR_RETURN(Tensor d, SoftmaxBackward(g[0], op.Saved(0), -1));
+          dx = ops::Scale(d, scale);
+        }
+        TPX_RETURN_IF_ERROR(dx.status());
+        return Tensors{*dx};
       },
       {x});
 }

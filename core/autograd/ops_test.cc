@@ -42,6 +42,29 @@ void ExpectGradientsMatch(const GradcheckFn& fn, std::vector<Variable> inputs,
   EXPECT_GT(r->checked, 0);
 }
 
+// ---- Fused transformer ops ----
+
+TEST_P(AgOpsTest, ScaledSoftmaxGradients) {
+  for (bool causal : {false, true}) {
+    ExpectGradientsMatch(
+        [causal](Inputs in) -> absl::StatusOr<Variable> {
+          TPX_ASSIGN_OR_RETURN(Variable y, ag::ScaledSoftmax(in[0], 0.7, causal));
+          return ag::Mul(y, in[1]);  // a non-uniform upstream gradient
+        },
+        {RandomLeaf({2, 4, 4}, 40, -2, 2), Const({2, 4, 4}, 41)});
+  }
+}
+
+TEST_P(AgOpsTest, LayerNormGradientsWithNonUniformUpstream) {
+  ExpectGradientsMatch(
+      [](Inputs in) -> absl::StatusOr<Variable> {
+        TPX_ASSIGN_OR_RETURN(Variable y, ag::LayerNorm(in[0], in[1], in[2], 1e-5));
+        return ag::Mul(y, in[3]);
+      },
+      {RandomLeaf({3, 6}, 42, -2, 2), RandomLeaf({6}, 43, 0.5, 1.5), RandomLeaf({6}, 44),
+       Const({3, 6}, 45)});
+}
+
 // ---- Elementwise ----
 
 TEST_P(AgOpsTest, AddBroadcasting) {

@@ -68,7 +68,7 @@ void CopyElements(const Tensor& dst, const Tensor& src) {
     using D = decltype(dst_tag);
     DispatchDType(src.dtype(), [&](auto src_tag) {
       using S = decltype(src_tag);
-      ForEachRow<2>(
+      ParallelForEachRow<2>(
           dst.shape(),
           {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
           {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
@@ -124,7 +124,7 @@ absl::Status CpuDeviceKernels::Fill(const Tensor& dst, double value) {
   DispatchDType(dst.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T v = StoreAs<T>(value);
-    ForEachRow<1>(dst.shape(), {static_cast<char*>(dst.raw_data())}, {dst.strides()},
+    ParallelForEachRow<1>(dst.shape(), {static_cast<char*>(dst.raw_data())}, {dst.strides()},
                   {sizeof(T)}, [v](std::array<char*, 1> p, std::array<int64_t, 1> s, int64_t n) {
                     if (s[0] == sizeof(T)) {
                       std::fill_n(reinterpret_cast<T*>(p[0]), n, v);

@@ -2,8 +2,9 @@
 // behind every op on CPU tensors. Internal to //core:tensor; reach it through
 // CpuKernels() or KernelsFor(Device::CPU(), ...).
 //
-// Everything runs on the calling thread (GEMMs excepted: core/gemm.h) and is
-// finished when the call returns.
+// Large elementwise, softmax and layer-norm loops are split over the GEMM
+// threads (core/cpu/parallel.h); everything is finished when the call
+// returns.
 #ifndef TPX_CORE_CPU_CPU_KERNELS_H_
 #define TPX_CORE_CPU_CPU_KERNELS_H_
 
@@ -32,6 +33,17 @@ class CpuDeviceKernels final : public DeviceKernels {
                       int64_t inner) override;                                // reduce_kernels.cc
   absl::Status Softmax(const Tensor& out, const Tensor& in, int64_t outer, int64_t n,
                        int64_t inner, bool log) override;
+  absl::Status LayerNorm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& weight, const Tensor& bias, int64_t rows, int64_t h,
+                         double eps) override;                                // nn_kernels.cc
+  absl::Status LayerNormBackward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                 const Tensor& grad, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& weight, int64_t rows,
+                                 int64_t h) override;
+  absl::Status ScaledSoftmax(const Tensor& out, const Tensor& in, int64_t batch, int64_t m,
+                             int64_t n, double scale, bool causal) override;
+  absl::Status ScaledSoftmaxBackward(const Tensor& dx, const Tensor& grad, const Tensor& y,
+                                     int64_t rows, int64_t n, double scale) override;
   absl::Status IndexSelect(const Tensor& out, const Tensor& in, int64_t dim,
                            const Tensor& index) override;                     // index_kernels.cc
   absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index,

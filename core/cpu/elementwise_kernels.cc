@@ -9,9 +9,6 @@
 namespace tpx::cpu {
 namespace {
 
-constexpr float kInvSqrt2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-
 char* Bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 // out = f(a, b) elementwise; a and b have out's shape (stride 0 where
@@ -20,7 +17,7 @@ char* Bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 // run tight loops.
 template <typename TO, typename TA, typename TB, typename F>
 void BinaryLoop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
-  ForEachRow<3>(
+  ParallelForEachRow<3>(
       out.shape(), {Bytes(out), Bytes(a), Bytes(b)}, {out.strides(), a.strides(), b.strides()},
       {sizeof(TO), sizeof(TA), sizeof(TB)},
       [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
@@ -48,7 +45,7 @@ void BinaryLoop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
 // out = f(in) elementwise.
 template <typename TO, typename TI, typename F>
 void UnaryLoop(const Tensor& out, const Tensor& in, F f) {
-  ForEachRow<2>(out.shape(), {Bytes(out), Bytes(in)}, {out.strides(), in.strides()},
+  ParallelForEachRow<2>(out.shape(), {Bytes(out), Bytes(in)}, {out.strides(), in.strides()},
                 {sizeof(TO), sizeof(TI)},
                 [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
                   if (s[0] == sizeof(TO) && s[1] == sizeof(TI)) {
@@ -165,11 +162,7 @@ absl::Status CpuDeviceKernels::Binary(BinaryOp op, const Tensor& out, const Tens
     case BinaryOp::kGeluBackward:
       DispatchFloat(b.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        BinaryLoop<T, T, T>(out, a, b, [](float g, float v) {
-          const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-          const float pdf = kInvSqrt2Pi * Exp(-0.5f * v * v);
-          return g * (cdf + v * pdf);
-        });
+        BinaryLoop<T, T, T>(out, a, b, [](float g, float v) { return g * GeluGrad(v); });
       });
       break;
   }
@@ -188,7 +181,7 @@ absl::Status CpuDeviceKernels::Unary(UnaryOp op, const Tensor& out, const Tensor
       FloatUnary(out, in, [](float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); });
       break;
     case UnaryOp::kGelu:
-      FloatUnary(out, in, [](float v) { return 0.5f * v * (1.0f + std::erf(v * kInvSqrt2)); });
+      FloatUnary(out, in, [](float v) { return Gelu(v); });
       break;
     case UnaryOp::kNot: UnaryLoop<bool, bool>(out, in, [](bool x) { return !x; }); break;
     case UnaryOp::kScale: {
@@ -207,7 +200,7 @@ absl::Status CpuDeviceKernels::Where(const Tensor& out, const Tensor& cond, cons
                                      const Tensor& b) {
   DispatchDType(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    ForEachRow<4>(out.shape(), {Bytes(out), Bytes(cond), Bytes(a), Bytes(b)},
+    ParallelForEachRow<4>(out.shape(), {Bytes(out), Bytes(cond), Bytes(a), Bytes(b)},
                   {out.strides(), cond.strides(), a.strides(), b.strides()},
                   {sizeof(T), 1, sizeof(T), sizeof(T)},
                   [](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/cpu/parallel.h"
 #include "core/merge_dims.h"
 
 namespace tpx::cpu {
@@ -83,6 +84,73 @@ inline To Convert(From v) {
   }
 }
 
+// The rows of an N-operand strided iteration after merging dims, with byte
+// strides: what ForEachRow and ParallelForEachRow walk.
+template <size_t N>
+struct RowIteration {
+  MergedDims merged;  // sizes; strides in bytes, outermost first
+  int64_t rows = 0;   // product of every size but the innermost
+  int64_t inner = 0;  // innermost size (1 for a 0-d iteration)
+  std::array<int64_t, N> inner_strides{};
+};
+
+template <size_t N>
+RowIteration<N> MakeRowIteration(absl::Span<const int64_t> shape,
+                                 std::array<absl::Span<const int64_t>, N> strides,
+                                 std::array<int64_t, N> elem_size) {
+  static_assert(N <= kMaxMergeOperands);
+  RowIteration<N> it;
+  it.merged = MergeDims(shape, absl::MakeConstSpan(strides.data(), N));
+  if (it.merged.empty) return it;
+  for (auto& dim : it.merged.strides) {
+    for (size_t i = 0; i < N; ++i) dim[i] *= elem_size[i];
+  }
+  const std::vector<int64_t>& sizes = it.merged.sizes;
+  if (sizes.empty()) {
+    it.rows = 1;
+    it.inner = 1;
+    return it;
+  }
+  it.rows = 1;
+  for (size_t d = 0; d + 1 < sizes.size(); ++d) it.rows *= sizes[d];
+  it.inner = sizes.back();
+  for (size_t i = 0; i < N; ++i) it.inner_strides[i] = it.merged.strides.back()[i];
+  return it;
+}
+
+// Calls body(ptrs, inner_strides, n) for rows [first, last) of `it`, each
+// row's elements [col, col + n) (n = it.inner - col when whole rows).
+template <size_t N, typename Body>
+void ForRowRange(const RowIteration<N>& it, std::array<char*, N> base, int64_t first,
+                 int64_t last, int64_t col, int64_t n, Body& body) {
+  if (first >= last) return;
+  const std::vector<int64_t>& sizes = it.merged.sizes;
+  const auto& bstrides = it.merged.strides;
+  const size_t outer_rank = sizes.empty() ? 0 : sizes.size() - 1;
+  // Unravel `first` into per-dim counters and pointers.
+  std::vector<int64_t> counter(outer_rank, 0);
+  std::array<char*, N> ptrs = base;
+  int64_t rest = first;
+  for (size_t d = outer_rank; d-- > 0;) {
+    counter[d] = rest % sizes[d];
+    rest /= sizes[d];
+    for (size_t i = 0; i < N; ++i) ptrs[i] += counter[d] * bstrides[d][i];
+  }
+  for (size_t i = 0; i < N; ++i) ptrs[i] += col * it.inner_strides[i];
+  for (int64_t r = first; r < last; ++r) {
+    body(ptrs, it.inner_strides, n);
+    // Advance the outer counter (dims outer_rank-1 .. 0).
+    for (size_t d = outer_rank; d-- > 0;) {
+      if (++counter[d] < sizes[d]) {
+        for (size_t i = 0; i < N; ++i) ptrs[i] += bstrides[d][i];
+        break;
+      }
+      for (size_t i = 0; i < N; ++i) ptrs[i] -= bstrides[d][i] * (sizes[d] - 1);
+      counter[d] = 0;
+    }
+  }
+}
+
 // Runs body(ptrs, byte_strides, n) over every innermost row of an
 // N-operand strided iteration of `shape`. Operand i starts at base[i] (bytes)
 // and advances strides[i][d] elements of elem_size[i] bytes along dim d
@@ -92,39 +160,30 @@ template <size_t N, typename Body>
 void ForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
                 std::array<absl::Span<const int64_t>, N> strides,
                 std::array<int64_t, N> elem_size, Body&& body) {
-  static_assert(N <= kMaxMergeOperands);
-  MergedDims merged = MergeDims(shape, absl::MakeConstSpan(strides.data(), N));
-  if (merged.empty) return;
-  const std::vector<int64_t>& sizes = merged.sizes;
-  // In place: element strides become byte strides, outermost first.
-  auto& bstrides = merged.strides;
-  for (auto& dim : bstrides) {
-    for (size_t i = 0; i < N; ++i) dim[i] *= elem_size[i];
-  }
-  if (sizes.empty()) {
-    body(base, std::array<int64_t, N>{}, int64_t{1});
+  const RowIteration<N> it = MakeRowIteration<N>(shape, strides, elem_size);
+  ForRowRange(it, base, 0, it.rows, 0, it.inner, body);
+}
+
+// ForEachRow spread over the kernel threads (core/cpu/parallel.h) when the
+// iteration is large: whole rows per thread, or pieces of rows when there
+// are fewer rows than threads. body may run concurrently on disjoint
+// pieces, so it must only write the elements it is given.
+template <size_t N, typename Body>
+void ParallelForEachRow(absl::Span<const int64_t> shape, std::array<char*, N> base,
+                        std::array<absl::Span<const int64_t>, N> strides,
+                        std::array<int64_t, N> elem_size, Body&& body) {
+  const RowIteration<N> it = MakeRowIteration<N>(shape, strides, elem_size);
+  if (it.rows == 0) return;
+  if (it.rows >= KernelThreads()) {
+    ParallelFor(it.rows, it.inner, [&](int64_t first, int64_t last) {
+      ForRowRange(it, base, first, last, 0, it.inner, body);
+    });
     return;
   }
-  const size_t rank = sizes.size();
-  const int64_t inner = sizes.back();
-  std::array<int64_t, N> inner_strides;
-  for (size_t i = 0; i < N; ++i) inner_strides[i] = bstrides.back()[i];
-  std::vector<int64_t> counter(rank, 0);
-  std::array<char*, N> ptrs = base;
-  while (true) {
-    body(ptrs, inner_strides, inner);
-    // Advance the outer counter (dims rank-2 .. 0).
-    size_t d = rank - 1;
-    while (true) {
-      if (d == 0) return;
-      --d;
-      if (++counter[d] < sizes[d]) {
-        for (size_t i = 0; i < N; ++i) ptrs[i] += bstrides[d][i];
-        break;
-      }
-      for (size_t i = 0; i < N; ++i) ptrs[i] -= bstrides[d][i] * (sizes[d] - 1);
-      counter[d] = 0;
-    }
+  for (int64_t r = 0; r < it.rows; ++r) {
+    ParallelFor(it.inner, 1, [&](int64_t first, int64_t last) {
+      ForRowRange(it, base, r, r + 1, first, last - first, body);
+    });
   }
 }
 

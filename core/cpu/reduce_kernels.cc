@@ -8,6 +8,7 @@
 
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/parallel.h"
 #include "core/cpu/vec_math.h"
 
 namespace tpx::cpu {
@@ -180,8 +181,9 @@ absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int6
     using T = decltype(tag);
     const T* x = in.template data<T>();
     T* o = out.data<T>();
+    ParallelFor(outer, n * inner, [&](int64_t first, int64_t last) {
     std::vector<float> row(n);
-    for (int64_t i = 0; i < outer; ++i) {
+    for (int64_t i = first; i < last; ++i) {
       for (int64_t j = 0; j < inner; ++j) {
         const T* src = x + i * n * inner + j;
         T* dst = o + i * n * inner + j;
@@ -204,6 +206,7 @@ absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int6
         }
       }
     }
+    });
   });
   return absl::OkStatus();
 }

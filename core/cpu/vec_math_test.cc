@@ -51,5 +51,38 @@ TEST(VecMathTest, ExpSpecialValues) {
   EXPECT_FLOAT_EQ(Exp(88.0f), 1.6516363e38f);
 }
 
+TEST(VecMathTest, ErfMatchesLibm) {
+  double worst = 0;
+  float worst_x = 0;
+  for (float x = -8.0f; x < 8.0f; x += 0.00731f) {
+    const double err = std::abs(static_cast<double>(Erf(x)) - std::erf(static_cast<double>(x)));
+    if (err > worst) {
+      worst = err;
+      worst_x = x;
+    }
+  }
+  EXPECT_LE(worst, 4e-7) << "at x=" << worst_x;
+  // Relative accuracy near 0, where GeLU's x * erf(x) needs it.
+  for (float x = 1e-6f; x < 0.5f; x *= 1.37f) {
+    EXPECT_NEAR(Erf(x), std::erf(x), 4e-7 * std::erf(x)) << x;
+    EXPECT_EQ(Erf(-x), -Erf(x)) << x;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Erf(0.0f), 0.0f);
+  EXPECT_FLOAT_EQ(Erf(inf), 1.0f);
+  EXPECT_FLOAT_EQ(Erf(-inf), -1.0f);
+  EXPECT_TRUE(std::isnan(Erf(std::numeric_limits<float>::quiet_NaN())));
+}
+
+TEST(VecMathTest, GeluAndGradientMatchDoubleReference) {
+  for (float x = -10.0f; x < 10.0f; x += 0.0173f) {
+    const double xd = x;
+    const double cdf = 0.5 * (1.0 + std::erf(xd / std::sqrt(2.0)));
+    const double pdf = std::exp(-0.5 * xd * xd) / std::sqrt(2.0 * M_PI);
+    EXPECT_NEAR(Gelu(x), xd * cdf, 2e-6 * std::abs(xd * cdf) + 1e-6) << x;
+    EXPECT_NEAR(GeluGrad(x), cdf + xd * pdf, 2e-6 + 1e-6) << x;
+  }
+}
+
 }  // namespace
 }  // namespace tpx::cpu

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "comm/tcp_store.h"
+
 namespace tpx::gpt {
 namespace {
 
@@ -50,6 +52,12 @@ int RunLocalRanks(int nproc, const std::function<int()>& rank_main) {
     std::fprintf(stderr, "RunLocalRanks: no free loopback port for the rendezvous store\n");
     return 1;
   }
+  // Only this job's ranks may use its store (unless the user chose a secret).
+  absl::StatusOr<std::string> secret = comm::NewStoreSecret();
+  if (!secret.ok()) {
+    std::fprintf(stderr, "RunLocalRanks: %s\n", std::string(secret.status().message()).c_str());
+    return 1;
+  }
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int threads_per_rank = std::max(1, cores / nproc);
   std::fflush(nullptr);
@@ -68,6 +76,7 @@ int RunLocalRanks(int nproc, const std::function<int()>& rank_main) {
       setenv("TPX_LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("TPX_STORE_ADDR", "127.0.0.1", 1);
       setenv("TPX_STORE_PORT", std::to_string(port).c_str(), 1);
+      setenv("TPX_STORE_SECRET", secret->c_str(), 0);
       setenv("UCX_NET_DEVICES", "lo", 0);  // loopback only; keep a user's choice
       // Share the cores between the ranks: oversubscribed GEMM thread teams
       // spin against each other and run several times slower.

@@ -1,8 +1,9 @@
 // Starts the ranks of a single-machine job from inside a program: forks
 // `nproc` processes that each find their rank, the world size and a loopback
 // rendezvous store in the environment (the variables comm::Init reads), so
-// `train --nproc 2` needs no external launcher. Rank 0 hosts the store. Each
-// rank gets cores / nproc GEMM threads (TPX_NUM_THREADS, unless already set).
+// `train --nproc 2` needs no external launcher. Rank 0 hosts the store (with a
+// random TPX_STORE_SECRET unless one is set). Each rank gets cores / nproc
+// GEMM threads (TPX_NUM_THREADS, unless already set).
 //
 //   if (nproc > 1 && !LaunchedByLauncher()) return RunLocalRanks(nproc, [&] { return RankMain(); });
 //

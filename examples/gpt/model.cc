@@ -27,22 +27,18 @@ absl::StatusOr<Variable> Filled(Shape shape, double value, std::string name, Dev
   return Variable(t, /*requires_grad=*/true, std::move(name));
 }
 
-// [T, T] additive mask: 0 on and below the diagonal, a large negative above
-// it, so softmax gives future positions (numerically) zero weight.
-absl::StatusOr<Tensor> CausalMask(int64_t t, Device device) {
-  std::vector<float> m(t * t, 0.0f);
-  for (int64_t i = 0; i < t; ++i) {
-    for (int64_t j = i + 1; j < t; ++j) m[i * t + j] = -1e9f;
-  }
-  TPX_ASSIGN_OR_RETURN(Tensor mask, Tensor::FromVector<float>(m, {t, t}));
-  return mask.To(device);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& tp,
                                                            const GptConfig& c) {
   const int tp_size = tp.size();
+  if (c.vocab_size < 1 || c.seq_len < 1 || c.d_model < 1 || c.n_heads < 1 || c.n_layers < 1 ||
+      c.d_ff < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GptModel: every size must be positive; got vocab_size ", c.vocab_size, ", seq_len ",
+        c.seq_len, ", d_model ", c.d_model, ", n_heads ", c.n_heads, ", n_layers ", c.n_layers,
+        ", d_ff ", c.d_ff));
+  }
   if (c.d_model % c.n_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GptModel: d_model ", c.d_model,
                                                    " is not a multiple of n_heads ", c.n_heads));
@@ -214,10 +210,10 @@ absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int
   TPX_ASSIGN_OR_RETURN(Variable v, heads(parts[2]));
   TPX_ASSIGN_OR_RETURN(Variable kt, ag::Transpose(k, 1, 2));
   TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, kt));
-  TPX_ASSIGN_OR_RETURN(scores, ag::Scale(scores, 1.0 / std::sqrt(static_cast<double>(hd))));
-  TPX_ASSIGN_OR_RETURN(Tensor mask, CausalMask(t, config_.device));
-  TPX_ASSIGN_OR_RETURN(scores, ag::Add(scores, Variable(mask)));
-  TPX_ASSIGN_OR_RETURN(Variable probs, ag::Softmax(scores, -1));
+  // Scale, causal mask and softmax in one pass.
+  TPX_ASSIGN_OR_RETURN(Variable probs,
+                       ag::ScaledSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(hd)),
+                                         /*causal=*/true));
   if (training && config_.dropout > 0) {
     // This rank's heads are a slice of the full [B, H, T, T] probabilities.
     TPX_ASSIGN_OR_RETURN(probs, ag::Reshape(probs, {b, hl, t, t}));

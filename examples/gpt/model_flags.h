@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/flags/declare.h"
+#include "absl/status/status.h"
 #include "examples/gpt/model.h"
 
 ABSL_DECLARE_FLAG(int64_t, batch);
@@ -28,6 +29,11 @@ namespace tpx::gpt {
 
 // The model described by the flags above (byte vocabulary).
 GptConfig GptConfigFromFlags();
+
+// Checks the flags above: sizes positive, --n_heads divides --d_model,
+// --dropout in [0, 1), and no activation, attention or logit tensor larger
+// than kMaxTensorElements (examples/gpt/flag_checks.h). Errors name the flag.
+absl::Status CheckModelFlags();
 
 }  // namespace tpx::gpt
 

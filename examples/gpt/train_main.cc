@@ -26,6 +26,7 @@
 #include "comm/init.h"
 #include "core/status_macros.h"
 #include "examples/gpt/dataset.h"
+#include "examples/gpt/flag_checks.h"
 #include "examples/gpt/launch.h"
 #include "examples/gpt/model_flags.h"
 #include "examples/gpt/sampling_flags.h"
@@ -214,6 +215,29 @@ absl::Status RankMain() {
   return absl::OkStatus();
 }
 
+// Every flag's range, checked once before any rank starts.
+absl::Status CheckTrainFlags() {
+  TPX_RETURN_IF_ERROR(CheckModelFlags());
+  TPX_RETURN_IF_ERROR(CheckAtLeast("nproc", absl::GetFlag(FLAGS_nproc), 1));
+  if (absl::GetFlag(FLAGS_nproc) > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nproc must be at most 1024 (got ", absl::GetFlag(FLAGS_nproc), ")"));
+  }
+  TPX_RETURN_IF_ERROR(CheckAtLeast("tp", absl::GetFlag(FLAGS_tp), 1));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("steps", absl::GetFlag(FLAGS_steps), 1));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("warmup", absl::GetFlag(FLAGS_warmup), 0));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("log_interval", absl::GetFlag(FLAGS_log_interval), 1));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("eval_interval", absl::GetFlag(FLAGS_eval_interval), 1));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("eval_batches", absl::GetFlag(FLAGS_eval_batches), 1));
+  TPX_RETURN_IF_ERROR(CheckAtLeast("sample_tokens", absl::GetFlag(FLAGS_sample_tokens), 0));
+  TPX_RETURN_IF_ERROR(CheckReal("lr", absl::GetFlag(FLAGS_lr), 0, /*min_inclusive=*/false));
+  TPX_RETURN_IF_ERROR(CheckReal("min_lr", absl::GetFlag(FLAGS_min_lr), 0, /*min_inclusive=*/true));
+  TPX_RETURN_IF_ERROR(
+      CheckReal("weight_decay", absl::GetFlag(FLAGS_weight_decay), 0, /*min_inclusive=*/true));
+  TPX_RETURN_IF_ERROR(CheckReal("clip", absl::GetFlag(FLAGS_clip), 0, /*min_inclusive=*/false));
+  return absl::OkStatus();
+}
+
 int RankMainExitCode() {
   absl::Status s = RankMain();
   if (!s.ok()) {
@@ -228,6 +252,10 @@ int RankMainExitCode() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = tpx::gpt::CheckTrainFlags(); !s.ok()) {
+    std::fprintf(stderr, "train: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   const int nproc = absl::GetFlag(FLAGS_nproc);
   if (tpx::gpt::LaunchedByLauncher()) return tpx::gpt::RankMainExitCode();
   return tpx::gpt::RunLocalRanks(std::max(nproc, 1), tpx::gpt::RankMainExitCode);

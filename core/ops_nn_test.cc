@@ -1,0 +1,201 @@
+// The fused transformer ops (core/ops_nn.cc) against double-precision
+// references computed here row by row, on shapes small enough to read and
+// large enough to split over the kernel threads.
+#include <cmath>
+#include <vector>
+
+#include "core/compare_testutil.h"
+#include "core/device_testutil.h"
+#include "core/ops.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tpx::ops {
+namespace {
+
+using ::testing::HasSubstr;
+
+TPX_DEVICE_TEST_SUITE(FusedNnTest);
+
+// Devices without the fused kernels return Unimplemented (callers compose).
+#define SKIP_IF_UNIMPLEMENTED(status_or)                                      \
+  if (absl::IsUnimplemented((status_or).status())) {                         \
+    GTEST_SKIP() << (status_or).status();                                    \
+  }
+
+struct LayerNormRef {
+  std::vector<double> y, mean, rstd, dx, dw, db;
+};
+
+// Layer norm over rows of h and its gradients, in double.
+LayerNormRef LayerNormReference(const std::vector<double>& x, const std::vector<double>& w,
+                                const std::vector<double>& b, const std::vector<double>& g,
+                                int64_t h, double eps) {
+  const int64_t rows = static_cast<int64_t>(x.size()) / h;
+  LayerNormRef r;
+  r.y.resize(x.size());
+  r.dx.resize(x.size());
+  r.dw.assign(h, 0.0);
+  r.db.assign(h, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* xr = x.data() + i * h;
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < h; ++j) mean += xr[j];
+    mean /= h;
+    for (int64_t j = 0; j < h; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= h;
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    r.mean.push_back(mean);
+    r.rstd.push_back(rstd);
+    double m1 = 0, m2 = 0;
+    for (int64_t j = 0; j < h; ++j) {
+      const double xhat = (xr[j] - mean) * rstd;
+      r.y[i * h + j] = xhat * w[j] + b[j];
+      const double d = g[i * h + j] * w[j];
+      m1 += d / h;
+      m2 += d * xhat / h;
+      r.dw[j] += g[i * h + j] * xhat;
+      r.db[j] += g[i * h + j];
+    }
+    for (int64_t j = 0; j < h; ++j) {
+      const double xhat = (xr[j] - mean) * rstd;
+      r.dx[i * h + j] = rstd * (g[i * h + j] * w[j] - m1 - xhat * m2);
+    }
+  }
+  return r;
+}
+
+TEST_P(FusedNnTest, LayerNormAndBackwardMatchDoubleReference) {
+  // [300, 130]: 39,000 elements, split over the threads.
+  for (const Shape& shape : {Shape{3, 5}, Shape{2, 2, 8}, Shape{300, 130}}) {
+    const int64_t h = shape.back();
+    Tensor x = TestRandom(shape, DType::kF32, 1, -2.0f, 3.0f);
+    Tensor g = TestRandom(shape, DType::kF32, 2);
+    Tensor w = TestRandom({h}, DType::kF32, 3, 0.5f, 1.5f);
+    Tensor b = TestRandom({h}, DType::kF32, 4);
+    absl::StatusOr<LayerNormResult> f = LayerNorm(x, w, b, 1e-5);
+    SKIP_IF_UNIMPLEMENTED(f);
+    ASSERT_TRUE(f.ok()) << f.status();
+    LayerNormRef ref = LayerNormReference(x.ToVector<double>(), w.ToVector<double>(),
+                                          b.ToVector<double>(), g.ToVector<double>(), h, 1e-5);
+    const int64_t rows = x.numel() / h;
+    EXPECT_TRUE(TensorsClose(f->y, *TestFromVector<double>(ref.y, shape), 1e-5, 1e-5));
+    EXPECT_TRUE(TensorsClose(f->mean, *TestFromVector<double>(ref.mean, {rows}), 1e-5, 1e-6));
+    EXPECT_TRUE(TensorsClose(f->rstd, *TestFromVector<double>(ref.rstd, {rows}), 1e-5, 1e-6));
+    absl::StatusOr<LayerNormGradients> d =
+        LayerNormBackward(g, x, f->mean, f->rstd, w, true, true, true);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(TensorsClose(d->input, *TestFromVector<double>(ref.dx, shape), 1e-4, 1e-5));
+    EXPECT_TRUE(TensorsClose(d->weight, *TestFromVector<double>(ref.dw, {h}), 1e-4, 1e-4));
+    EXPECT_TRUE(TensorsClose(d->bias, *TestFromVector<double>(ref.db, {h}), 1e-4, 1e-4));
+    // Only what is asked for.
+    d = LayerNormBackward(g, x, f->mean, f->rstd, w, false, false, true);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_FALSE(d->input.defined());
+    EXPECT_FALSE(d->weight.defined());
+    EXPECT_TRUE(TensorsClose(d->bias, *TestFromVector<double>(ref.db, {h}), 1e-4, 1e-4));
+  }
+}
+
+TEST_P(FusedNnTest, LayerNormWithoutAffineAndInBf16) {
+  const Shape shape = {64, 96};
+  Tensor x = TestRandom(shape, DType::kF32, 5, -1.0f, 1.0f);
+  Tensor g = TestRandom(shape, DType::kF32, 6);
+  const std::vector<double> ones(96, 1.0), zeros(96, 0.0);
+  LayerNormRef ref = LayerNormReference(x.ToVector<double>(), ones, zeros, g.ToVector<double>(),
+                                        96, 1e-5);
+  absl::StatusOr<LayerNormResult> f = LayerNorm(x, Tensor(), Tensor(), 1e-5);
+  SKIP_IF_UNIMPLEMENTED(f);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(TensorsClose(f->y, *TestFromVector<double>(ref.y, shape), 1e-5, 1e-5));
+  absl::StatusOr<LayerNormGradients> d =
+      LayerNormBackward(g, x, f->mean, f->rstd, Tensor(), true, false, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(TensorsClose(d->input, *TestFromVector<double>(ref.dx, shape), 1e-4, 1e-5));
+  // bf16 in and out, f32 statistics: within bf16 rounding of the reference.
+  Tensor xb = *x.To(DType::kBF16);
+  LayerNormRef refb = LayerNormReference(xb.ToVector<double>(), ones, zeros,
+                                         g.ToVector<double>(), 96, 1e-5);
+  absl::StatusOr<LayerNormResult> fb = LayerNorm(xb, Tensor(), Tensor(), 1e-5);
+  ASSERT_TRUE(fb.ok()) << fb.status();
+  EXPECT_EQ(fb->y.dtype(), DType::kBF16);
+  EXPECT_TRUE(TensorsClose(fb->y, *TestFromVector<double>(refb.y, shape), 1e-2, 1e-2));
+}
+
+TEST_P(FusedNnTest, LayerNormRejectsBadArguments) {
+  Tensor x = TestRandom({2, 4});
+  absl::StatusOr<LayerNormResult> f = LayerNorm(x, TestRandom({3}), Tensor(), 1e-5);
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(std::string(f.status().message()), HasSubstr("weight"));
+  EXPECT_FALSE(LayerNorm(Tensor(), Tensor(), Tensor(), 1e-5).ok());
+  EXPECT_FALSE(LayerNorm(*TestZeros({2, 4}, DType::kI64), Tensor(), Tensor(), 1e-5).ok());
+  f = LayerNorm(x, Tensor(), Tensor(), 1e-5);
+  SKIP_IF_UNIMPLEMENTED(f);
+  ASSERT_TRUE(f.ok());
+  absl::StatusOr<LayerNormGradients> d =
+      LayerNormBackward(x, x, f->rstd, *TestZeros({3}), Tensor(), true, true, true);
+  ASSERT_FALSE(d.ok());
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("rstd"));
+  EXPECT_FALSE(LayerNormBackward(*x.Narrow(0, 0, 1), x, f->mean, f->rstd, Tensor(), true, true,
+                                 true)
+                   .ok());
+}
+
+// softmax(scale * x) over rows of n of [batch, m, n], row i seeing j <= i + n - m.
+std::vector<double> SoftmaxReference(const std::vector<double>& x, int64_t m, int64_t n,
+                                     double scale, bool causal) {
+  std::vector<double> y(x.size(), 0.0);
+  for (int64_t r = 0; r < static_cast<int64_t>(x.size()) / n; ++r) {
+    const int64_t valid = causal ? std::clamp<int64_t>(r % m + 1 + n - m, 0, n) : n;
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, scale * x[r * n + j]);
+    for (int64_t j = 0; j < valid; ++j) sum += std::exp(scale * x[r * n + j] - mx);
+    for (int64_t j = 0; j < valid; ++j) y[r * n + j] = std::exp(scale * x[r * n + j] - mx) / sum;
+  }
+  return y;
+}
+
+TEST_P(FusedNnTest, ScaledSoftmaxMatchesDoubleReference) {
+  struct Case {
+    Shape shape;
+    double scale;
+    bool causal;
+  };
+  // [4, 130, 130] is split over the threads; [2, 3, 5]: more columns than rows.
+  for (const Case& c : {Case{{2, 3, 5, 5}, 0.5, true}, Case{{4, 130, 130}, 0.125, true},
+                        Case{{2, 3, 5}, 1.0, true}, Case{{3, 7}, 2.0, false}}) {
+    const int64_t n = c.shape.back(), m = c.shape[c.shape.size() - 2];
+    Tensor x = TestRandom(c.shape, DType::kF32, 7, -4.0f, 4.0f);
+    absl::StatusOr<Tensor> y = ScaledSoftmax(x, c.scale, c.causal);
+    SKIP_IF_UNIMPLEMENTED(y);
+    ASSERT_TRUE(y.ok()) << y.status();
+    std::vector<double> ref = SoftmaxReference(x.ToVector<double>(), m, n, c.scale, c.causal);
+    EXPECT_TRUE(TensorsClose(*y, *TestFromVector<double>(ref, c.shape), 1e-5, 1e-7))
+        << ShapeString(c.shape);
+    if (c.causal) {
+      // Masked positions are exactly 0.
+      std::vector<float> got = y->ToVector<float>();
+      for (size_t i = 0; i < ref.size(); ++i) {
+        if (ref[i] == 0.0) EXPECT_EQ(got[i], 0.0f) << i;
+      }
+    }
+    // Backward: dx = scale * y * (g - sum(g * y)).
+    Tensor g = TestRandom(c.shape, DType::kF32, 8);
+    std::vector<double> gv = g.ToVector<double>(), dx(ref.size());
+    for (size_t r = 0; r < ref.size() / n; ++r) {
+      double dot = 0;
+      for (int64_t j = 0; j < n; ++j) dot += gv[r * n + j] * ref[r * n + j];
+      for (int64_t j = 0; j < n; ++j) {
+        dx[r * n + j] = c.scale * ref[r * n + j] * (gv[r * n + j] - dot);
+      }
+    }
+    absl::StatusOr<Tensor> d = ScaledSoftmaxBackward(g, *y, c.scale);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(TensorsClose(*d, *TestFromVector<double>(dx, c.shape), 1e-5, 1e-6));
+  }
+  EXPECT_FALSE(ScaledSoftmax(TestRandom({4}), 1.0, /*causal=*/true).ok());
+  EXPECT_FALSE(ScaledSoftmaxBackward(TestRandom({2, 3}), TestRandom({3, 2}), 1.0).ok());
+}
+
+}  // namespace
+}  // namespace tpx::ops
