@@ -80,6 +80,26 @@ TEST(LaunchEnv, OpenMpiAndSlurm) {
   EXPECT_EQ(slurm->store_port, 999);
 }
 
+TEST(LaunchEnv, SlurmRendezvousFromNodeListAndJobId) {
+  auto slurm = FromMap({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},
+                        {"SLURM_JOB_NODELIST", "gpu[03-05,9]x,cpu1"}, {"SLURM_JOB_ID", "123456"}});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ(slurm->store_host, "gpu03x");
+  EXPECT_EQ(slurm->store_port, 10000 + 123456 % 20000);
+  auto step = FromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "7"},
+                       {"SLURM_STEP_NODELIST", "a1,b2"}, {"SLURM_JOB_NODELIST", "c[1-4]"}});
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->store_host, "a1");
+  EXPECT_EQ(step->store_port, 10007);
+  // Explicit settings win.
+  auto given = FromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "7"},
+                        {"SLURM_JOB_NODELIST", "c[1-4]"}, {"MASTER_ADDR", "m"},
+                        {"MASTER_PORT", "500"}});
+  ASSERT_TRUE(given.ok()) << given.status();
+  EXPECT_EQ(given->store_host, "m");
+  EXPECT_EQ(given->store_port, 501);
+}
+
 TEST(LaunchEnv, ErrorsNameTheVariable) {
   auto bad_rank = FromMap({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}});
   EXPECT_EQ(bad_rank.status().code(), absl::StatusCode::kInvalidArgument);

@@ -42,6 +42,27 @@ absl::StatusOr<int> ReadInt(const EnvLookup& env, const char* name, int fallback
   return value;
 }
 
+// The first host of a Slurm node list: "gpu[03-05,9]x,cpu1" -> "gpu03x".
+std::string FirstSlurmHost(absl::string_view list) {
+  std::string out;
+  bool in_brackets = false, first_range_done = false;
+  for (char c : list) {
+    if (!in_brackets && c == ',') break;
+    if (c == '[') {
+      in_brackets = true;
+    } else if (c == ']') {
+      in_brackets = false;
+    } else if (!in_brackets) {
+      out += c;
+    } else if (c == ',' || c == '-') {
+      first_range_done = true;
+    } else if (!first_range_done) {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
@@ -67,6 +88,22 @@ absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env) {
   TPX_ASSIGN_OR_RETURN(out.store_port, ReadInt(env, port_var, 0, 0, 65534));
   // torchrun's own agent store already listens on MASTER_PORT: use the next one.
   if (out.store_port > 0 && env("TPX_STORE_PORT") == nullptr) ++out.store_port;
+  if (out.launcher == "slurm") {
+    // srun gives no rendezvous address: rank 0 runs on the step's first node
+    // and the port follows from the job id (the same on every node).
+    if (env("TPX_STORE_ADDR") == nullptr && env("MASTER_ADDR") == nullptr) {
+      for (const char* var : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+        if (const char* list = env(var); list != nullptr && list[0] != '\0') {
+          out.store_host = FirstSlurmHost(list);
+          break;
+        }
+      }
+    }
+    if (out.store_port == 0 && env("SLURM_JOB_ID") != nullptr) {
+      TPX_ASSIGN_OR_RETURN(int job, ReadInt(env, "SLURM_JOB_ID", 0, 0, 1 << 30));
+      out.store_port = 10000 + job % 20000;
+    }
+  }
   if (out.world_size > 1 && out.store_port == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", out.rank, " of ", out.world_size, " (launcher: ", out.launcher,

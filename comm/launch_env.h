@@ -12,6 +12,9 @@
 //   none:          a single process (rank 0 of 1)
 // Store: TPX_STORE_ADDR / TPX_STORE_PORT, else MASTER_ADDR and MASTER_PORT + 1
 // (torchrun's own store already listens on MASTER_PORT itself).
+// Under Slurm without those: the first host of SLURM_STEP_NODELIST (or
+// SLURM_JOB_NODELIST, SLURM_NODELIST) and port 10000 + SLURM_JOB_ID % 20000.
+// Under Open MPI, pass them with `mpirun -x TPX_STORE_ADDR=... -x TPX_STORE_PORT=...`.
 // TPX_STORE_HOSTED=1 says the launcher hosts the store (rank 0 then only
 // connects). TPX_STORE_SECRET is the job's store secret (tpxrun generates
 // one; every rank and the store host must see the same). Errors name the

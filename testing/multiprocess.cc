@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,14 +55,22 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
 }
 
 // Runs in the forked child; never returns.
-[[noreturn]] void RunRank(int rank, int size, int port, int result_fd,
+[[noreturn]] void RunRank(int rank, int size, int port, int result_fd, pid_t harness,
                           const std::function<void(RankContext&)>& body,
                           const RunOptions& options) {
+  // A rank never outlives the harness (a test killed on timeout), which
+  // hosts its store and reaps it.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != harness) ::_exit(1);
   auto fail = [&](const std::string& message) {
     WriteAll(result_fd, message + std::string(1, '\0'));
     ::_exit(1);
   };
-  auto store = comm::TcpStore::Connect("127.0.0.1", port, absl::Seconds(30));
+  if (options.enter_rank_host) {
+    absl::Status entered = options.enter_rank_host(rank);
+    if (!entered.ok()) fail("entering the rank's host: " + entered.ToString());
+  }
+  auto store = comm::TcpStore::Connect(options.store_addr, port, absl::Seconds(30));
   if (!store.ok()) fail(std::string(store.status().message()));
   std::shared_ptr<comm::Store> shared_store = std::move(*store);
   // Test ranks talk over loopback only; UCX would otherwise open every interface.
@@ -111,6 +121,27 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
   ::_exit(failures.empty() ? 0 : 1);
 }
 
+// Listens on addr:0, inside the network namespace at `netns` if given (the
+// socket stays there; this thread returns to its own namespace).
+absl::StatusOr<std::unique_ptr<comm::TcpStoreServer>> ListenInNetns(const std::string& addr,
+                                                                    const std::string& netns) {
+  if (netns.empty()) return comm::TcpStoreServer::Listen(addr, 0);
+  int own = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  int target = ::open(netns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (own < 0 || target < 0 || ::setns(target, CLONE_NEWNET) != 0) {
+    const std::string why = std::strerror(errno);
+    if (own >= 0) ::close(own);
+    if (target >= 0) ::close(target);
+    return absl::UnavailableError("entering network namespace " + netns + ": " + why);
+  }
+  auto server = comm::TcpStoreServer::Listen(addr, 0);
+  const bool back = ::setns(own, CLONE_NEWNET) == 0;
+  ::close(own);
+  ::close(target);
+  if (!back) return absl::InternalError("cannot return to this process's network namespace");
+  return server;
+}
+
 }  // namespace
 
 std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(RankContext&)>& body,
@@ -118,7 +149,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
   RunOptions options = given_options;
   if (const char* backend = std::getenv("TPX_TEST_COMM_BACKEND")) options.backend = backend;
   std::vector<RankOutcome> outcomes(world_size);
-  auto server = comm::TcpStoreServer::Listen("127.0.0.1", 0);
+  auto server = ListenInNetns(options.store_addr, options.store_netns);
   if (!server.ok()) {
     ADD_FAILURE() << "cannot host the test store: " << server.status();
     return outcomes;
@@ -126,6 +157,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> pids(world_size, -1);
+  const pid_t harness = ::getpid();
   std::vector<int> pipes(world_size, -1);
   for (int r = 0; r < world_size; ++r) {
     int fds[2];
@@ -137,7 +169,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
     if (pid == 0) {
       ::close(fds[0]);
       for (int q = 0; q < r; ++q) ::close(pipes[q]);
-      RunRank(r, world_size, (*server)->port(), fds[1], body, options);
+      RunRank(r, world_size, (*server)->port(), fds[1], harness, body, options);
     }
     ::close(fds[1]);
     if (pid < 0) {

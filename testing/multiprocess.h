@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
@@ -46,6 +47,13 @@ struct RunOptions {
   // The rank that dies (SIGKILL) when it reaches KillPoint(kill_point).
   int kill_rank = -1;
   std::string kill_point;
+  // Multi-host emulation (testing/emulated_hosts.h sets these): runs first
+  // in each forked rank (an error fails the rank), and the store listens on
+  // store_addr inside the network namespace at path store_netns ("" = this
+  // process's own).
+  std::function<absl::Status(int rank)> enter_rank_host;
+  std::string store_addr = "127.0.0.1";
+  std::string store_netns;
 };
 
 struct RankContext {

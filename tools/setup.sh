@@ -7,6 +7,7 @@ packages=(
   bazel-bootstrap bazel-rules-java bazel-platforms
   g++ libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libdnnl-dev libucx-dev nlohmann-json3-dev
+  openmpi-bin  # mpirun for //tools:launchers_test (which skips without it)
   "$@"
 )
 

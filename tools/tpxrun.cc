@@ -6,6 +6,20 @@
 //   tpxrun --nproc 4 [--master_port 29500] [--master_addr 127.0.0.1]
 //          [--store_on_rank0] -- ./my_trainer --tpx_comm_backend=ucx
 //
+// Several nodes (torchrun's options): one tpxrun per node, the same
+// --nnodes/--nproc/--master_addr/--master_port everywhere and a distinct
+// --node_rank. Node 0 hosts the store on master_addr:master_port (the
+// address given, not every interface); node k's local rank r is global rank
+// k * nproc + r; every node needs the same TPX_STORE_SECRET in its
+// environment. Ranks start only once every node arrived; a node missing
+// after --rdzv_timeout seconds (default 300) is an error naming the missing
+// node ranks. Node 0 keeps the store up until every node's ranks finished.
+//
+//   host-a$ tpxrun --nnodes 2 --node_rank 0 --nproc 4 --master_addr 10.0.0.1
+//                  --master_port 29500 -- ./my_trainer
+//   host-b$ tpxrun --nnodes 2 --node_rank 1 --nproc 4 --master_addr 10.0.0.1
+//                  --master_port 29500 -- ./my_trainer
+//
 // Exit status: 0 when every rank exits 0; otherwise that of the first rank
 // to fail (128 + signal number for a rank killed by a signal).
 //
@@ -32,6 +46,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "comm/tcp_store.h"
 
@@ -44,13 +59,17 @@ struct Args {
   int master_port = 0;
   std::string master_addr = "127.0.0.1";
   bool store_on_rank0 = false;
+  int nnodes = 1;
+  int node_rank = 0;
+  int rdzv_timeout_s = 300;
   std::vector<std::string> command;
 };
 
 void Usage() {
   std::fprintf(stderr,
                "usage: tpxrun --nproc N [--master_port P] [--master_addr HOST] "
-               "[--store_on_rank0] -- program [args...]\n");
+               "[--store_on_rank0] [--nnodes N --node_rank K --master_port P "
+               "[--rdzv_timeout S]] -- program [args...]\n");
 }
 
 bool ParseArgs(int argc, char** argv, Args* args) {
@@ -87,6 +106,23 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       }
     } else if (value("--master_addr", &v)) {
       args->master_addr = v;
+    } else if (value("--nnodes", &v)) {
+      if (!absl::SimpleAtoi(v, &args->nnodes) || args->nnodes < 1) {
+        std::fprintf(stderr, "tpxrun: --nnodes must be a positive integer, got '%s'\n", v.c_str());
+        return false;
+      }
+    } else if (value("--node_rank", &v)) {
+      if (!absl::SimpleAtoi(v, &args->node_rank) || args->node_rank < 0) {
+        std::fprintf(stderr, "tpxrun: --node_rank must be a non-negative integer, got '%s'\n",
+                     v.c_str());
+        return false;
+      }
+    } else if (value("--rdzv_timeout", &v)) {
+      if (!absl::SimpleAtoi(v, &args->rdzv_timeout_s) || args->rdzv_timeout_s < 1) {
+        std::fprintf(stderr, "tpxrun: --rdzv_timeout must be a positive number of seconds, got '%s'\n",
+                     v.c_str());
+        return false;
+      }
     } else if (a == "--store_on_rank0") {
       args->store_on_rank0 = true;
     } else if (a == "-h" || a == "--help") {
@@ -99,6 +135,16 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   for (; i < argc; ++i) args->command.push_back(argv[i]);
   if (args->nproc < 1 || args->command.empty()) {
     std::fprintf(stderr, "tpxrun: need --nproc and a program after --\n");
+    return false;
+  }
+  if (args->node_rank >= args->nnodes) {
+    std::fprintf(stderr, "tpxrun: --node_rank %d must be below --nnodes %d\n", args->node_rank,
+                 args->nnodes);
+    return false;
+  }
+  if (args->nnodes > 1 && (args->master_port == 0 || args->store_on_rank0)) {
+    std::fprintf(stderr, "tpxrun: --nnodes %d needs --master_port (every node must know it) and "
+                 "does not support --store_on_rank0\n", args->nnodes);
     return false;
   }
   return true;
@@ -145,6 +191,46 @@ int FreePort(const std::string& host) {
   return server.ok() ? (*server)->port() : 0;
 }
 
+// Store keys of the node rendezvous.
+std::string NodeKey(int node) { return absl::StrCat("tpxrun/node/", node); }
+constexpr const char* kFinishedKey = "tpxrun/nodes_finished";
+
+// Announces this node and waits until all `nnodes` did; the error names the
+// node ranks still missing after `timeout`.
+absl::Status JoinNodes(tpx::comm::Store& store, int nnodes, int node_rank, absl::Duration timeout) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  absl::Status s = store.Set(NodeKey(node_rank), host);
+  if (!s.ok()) return s;
+  std::vector<std::string> keys;
+  for (int k = 0; k < nnodes; ++k) keys.push_back(NodeKey(k));
+  s = store.Wait(keys, timeout);
+  if (s.ok() || s.code() != absl::StatusCode::kDeadlineExceeded) return s;
+  std::vector<int> missing;
+  for (int k = 0; k < nnodes; ++k) {
+    auto there = store.Check(NodeKey(k));
+    if (!there.ok()) return there.status();
+    if (!*there) missing.push_back(k);
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("node rank(s) ", absl::StrJoin(missing, ", "), " of ", nnodes,
+                   " never joined within ", absl::FormatDuration(timeout),
+                   " (is tpxrun running there with the same --master_addr/--master_port?)"));
+}
+
+// Multi-node: says this node's ranks finished; node 0 (the store host) then
+// waits, bounded, for the other nodes so that their ranks keep the store.
+void LeaveNodes(tpx::comm::Store& store, int nnodes, int node_rank) {
+  if (!store.Add(kFinishedKey, 1).ok() || node_rank != 0) return;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    auto n = store.Add(kFinishedKey, 0);
+    if (!n.ok() || *n >= nnodes) return;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::fprintf(stderr, "tpxrun: not every node finished within 60s; closing the store\n");
+}
+
 // The job's store secret: TPX_STORE_SECRET if set, else a random one.
 std::string JobSecret() {
   if (const char* s = std::getenv("TPX_STORE_SECRET"); s != nullptr && s[0] != '\0') return s;
@@ -165,12 +251,18 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (args.nnodes > 1 && std::getenv("TPX_STORE_SECRET") == nullptr) {
+    // A secret made up here would differ on every node.
+    std::fprintf(stderr, "tpxrun: --nnodes %d needs TPX_STORE_SECRET, the same on every node "
+                 "(e.g. from `openssl rand -hex 16`)\n", args.nnodes);
+    return 2;
+  }
   const std::string secret = JobSecret();
   std::unique_ptr<tpx::comm::TcpStoreServer> server;
   int port = args.master_port;
   if (args.store_on_rank0) {
     if (port == 0) port = FreePort(args.master_addr);
-  } else {
+  } else if (args.node_rank == 0) {  // other nodes use node 0's store
     tpx::comm::TcpStoreServerOptions store_options;
     store_options.secret = secret;
     auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port, store_options);
@@ -181,6 +273,20 @@ int main(int argc, char** argv) {
     server = std::move(*listening);
     port = server->port();
     if (!server->Start().ok()) return 1;
+  }
+
+  std::unique_ptr<tpx::comm::TcpStore> node_store;
+  if (args.nnodes > 1) {
+    const absl::Duration timeout = absl::Seconds(args.rdzv_timeout_s);
+    auto connected = tpx::comm::TcpStore::Connect(args.master_addr, port, timeout, secret);
+    absl::Status joined = connected.ok() ? JoinNodes(**connected, args.nnodes, args.node_rank, timeout)
+                                         : connected.status();
+    if (!joined.ok()) {
+      std::fprintf(stderr, "tpxrun: node %d of %d: %s\n", args.node_rank, args.nnodes,
+                   std::string(joined.message()).c_str());
+      return 1;
+    }
+    node_store = std::move(*connected);
   }
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
@@ -199,28 +305,32 @@ int main(int argc, char** argv) {
   argv_child.push_back(nullptr);
 
   const int n = args.nproc;
+  const int world = n * args.nnodes;
+  const int rank0 = n * args.node_rank;  // global rank of local rank 0
   std::vector<pid_t> pids(n, -1);
   std::vector<Stream> streams;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> env = base_env;
     auto put = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
-    put("TPX_RANK", absl::StrCat(r));
-    put("TPX_WORLD_SIZE", absl::StrCat(n));
+    put("TPX_RANK", absl::StrCat(rank0 + r));
+    put("TPX_WORLD_SIZE", absl::StrCat(world));
     put("TPX_LOCAL_RANK", absl::StrCat(r));
     put("TPX_LOCAL_WORLD_SIZE", absl::StrCat(n));
     put("TPX_STORE_ADDR", args.master_addr);
     put("TPX_STORE_PORT", absl::StrCat(port));
-    put("TPX_STORE_HOSTED", server ? "1" : "0");
+    put("TPX_STORE_HOSTED", server || args.nnodes > 1 ? "1" : "0");
     put("TPX_STORE_SECRET", secret);
-    put("RANK", absl::StrCat(r));
-    put("WORLD_SIZE", absl::StrCat(n));
+    put("RANK", absl::StrCat(rank0 + r));
+    put("WORLD_SIZE", absl::StrCat(world));
     put("LOCAL_RANK", absl::StrCat(r));
     put("LOCAL_WORLD_SIZE", absl::StrCat(n));
     put("MASTER_ADDR", args.master_addr);
     put("MASTER_PORT", absl::StrCat(port));
     // All ranks are local: keep UCX off the machine's network interfaces
     // unless the user chose devices.
-    if (std::getenv("UCX_NET_DEVICES") == nullptr) put("UCX_NET_DEVICES", "lo");
+    if (args.nnodes == 1 && std::getenv("UCX_NET_DEVICES") == nullptr) {
+      put("UCX_NET_DEVICES", "lo");
+    }
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -260,8 +370,8 @@ int main(int argc, char** argv) {
     ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
     ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
     pids[r] = pid;
-    streams.push_back({out_pipe[0], r, stdout, ""});
-    streams.push_back({err_pipe[0], r, stderr, ""});
+    streams.push_back({out_pipe[0], rank0 + r, stdout, ""});
+    streams.push_back({err_pipe[0], rank0 + r, stderr, ""});
   }
 
   int exit_code = 0;
@@ -311,10 +421,10 @@ int main(int argc, char** argv) {
         first_failed = r;
         if (exit_code == 0) exit_code = code;
         if (WIFSIGNALED(status)) {
-          std::fprintf(stderr, "tpxrun: rank %d was killed by signal %d (%s)", r,
+          std::fprintf(stderr, "tpxrun: rank %d was killed by signal %d (%s)", rank0 + r,
                        WTERMSIG(status), strsignal(WTERMSIG(status)));
         } else {
-          std::fprintf(stderr, "tpxrun: rank %d exited with code %d", r, code);
+          std::fprintf(stderr, "tpxrun: rank %d exited with code %d", rank0 + r, code);
         }
         if (running > 0) std::fprintf(stderr, "; stopping the other ranks");
         std::fprintf(stderr, "\n");
@@ -327,5 +437,6 @@ int main(int argc, char** argv) {
       kill_at = absl::InfiniteFuture();
     }
   }
+  if (node_store != nullptr) LeaveNodes(*node_store, args.nnodes, args.node_rank);
   return exit_code;
 }
