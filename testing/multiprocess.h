@@ -12,8 +12,8 @@
 //
 // The parent forks the ranks before it starts any thread, then hosts the
 // TcpStore they rendezvous through. Each rank loads the backend plugin
-// (found through runfiles: add `data = ["//comm_ucx:libtpx_comm_ucx.so"]`
-// to the test), creates the world communicator and runs the body. Ranks that
+// (found through runfiles: declare the test with tpx_multirank_test from
+// testing/multirank_test.bzl), creates the world communicator and runs the body. Ranks that
 // crash, exit early or outlive the deadline are killed and reported. For
 // failure tests, a rank can be made to die at a named point
 // (RunOptions::kill_rank / kill_point, RankContext::KillPoint). With a
