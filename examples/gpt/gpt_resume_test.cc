@@ -7,18 +7,15 @@
 // TP=2, the checkpoint holds only f32 tensors, and an f32 run at TP=1
 // resumes from it within bf16's tolerance. Every run is its own set of real
 // processes over UCX.
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
-#include "examples/gpt/dataset.h"
+#include "examples/gpt/tiny_gpt_testutil.h"
 #include "examples/gpt/trainer.h"
 #include "sharded_state/metadata.h"
 #include "gtest/gtest.h"
-#include "testing/multiprocess.h"
 
 namespace tpx::gpt {
 namespace {
@@ -27,77 +24,29 @@ constexpr int kSteps = 8;
 // As gpt_tp_invariance_test: f32 sums in another order at another TP size.
 constexpr double kLossTolerance = 1e-4;
 
-TrainOptions Options(int tp) {
-  TrainOptions o;
-  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
-                      .n_heads = 4, .n_layers = 2, .d_ff = 64, .dropout = 0.1, .seed = 77};
-  o.tp = tp;
-  o.batch = 4;
-  o.steps = kSteps;
-  o.warmup_steps = 3;
-  o.lr = 1e-2;
-  o.min_lr = 1e-3;
-  o.log_interval = 0;
-  o.eval_interval = 0;
-  o.eval_batches = 1;
-  o.sample_tokens = 0;
-  return o;
-}
-
-std::string Tmp(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
-}
-
-// Runs Train on `world` new processes; rank 0 writes the losses (exact, as
-// hex floats) and the first step to `out`, which the parent reads back.
-struct RunResult {
-  int64_t first_step = -1;
-  std::vector<double> losses;
-};
-RunResult TrainInProcesses(int world, const TrainOptions& o, const std::string& out) {
-  testing::RunOptions options;
-  options.comm_timeout = absl::Seconds(60);
-  testing::RunOnRanks(world, [&](testing::RankContext& ctx) {
-    auto data = ByteDataset::Load("examples/gpt/data/kjv_genesis_exodus.txt", 0.1);
-    ASSERT_TRUE(data.ok()) << data.status();
-    auto r = Train(ctx.comm, *data, o);
-    ASSERT_TRUE(r.ok()) << r.status();
-    if (ctx.rank != 0) return;
-    FILE* f = std::fopen(out.c_str(), "w");
-    ASSERT_NE(f, nullptr);
-    std::fprintf(f, "%lld\n", static_cast<long long>(r->first_step));
-    for (double l : r->losses) std::fprintf(f, "%a\n", l);
-    std::fclose(f);
-  }, options);
-  RunResult run;
-  std::ifstream in(out);
-  std::string line;
-  if (std::getline(in, line)) run.first_step = std::stoll(line);
-  while (std::getline(in, line)) run.losses.push_back(std::strtod(line.c_str(), nullptr));
-  return run;
-}
+TrainOptions Options(int tp) { return TinyTrainOptions(tp, kSteps, /*warmup_steps=*/3); }
 
 TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
   setenv("TPX_NUM_THREADS", "1", 0);
   namespace fs = std::filesystem;
-  const RunResult straight = TrainInProcesses(2, Options(2), Tmp("straight"));
+  const TrainRun straight = TrainOnNewRanks(2, Options(2), TestTmpPath("straight"));
   ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
 
   TrainOptions first_half = Options(2);
-  first_half.save_dir = Tmp("ckpt");
+  first_half.save_dir = TestTmpPath("ckpt");
   first_half.stop_after = kSteps / 2;
   first_half.save_every = 1;      // steps 1..4, each written while the next step trains
   first_half.async_save = true;
-  const RunResult first = TrainInProcesses(2, first_half, Tmp("first"));
+  const TrainRun first = TrainOnNewRanks(2, first_half, TestTmpPath("first"));
   ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
   // Copies for the resumes at other TP sizes (each resume saves into its dir).
-  fs::copy(Tmp("ckpt"), Tmp("ckpt_tp1"), fs::copy_options::recursive);
-  fs::copy(Tmp("ckpt"), Tmp("ckpt_tp4"), fs::copy_options::recursive);
+  fs::copy(TestTmpPath("ckpt"), TestTmpPath("ckpt_tp1"), fs::copy_options::recursive);
+  fs::copy(TestTmpPath("ckpt"), TestTmpPath("ckpt_tp4"), fs::copy_options::recursive);
 
   TrainOptions second_half = Options(2);
-  second_half.save_dir = Tmp("ckpt");
+  second_half.save_dir = TestTmpPath("ckpt");
   second_half.resume = true;
-  const RunResult second = TrainInProcesses(2, second_half, Tmp("second"));
+  const TrainRun second = TrainOnNewRanks(2, second_half, TestTmpPath("second"));
   EXPECT_EQ(second.first_step, kSteps / 2);
   ASSERT_EQ(second.losses.size(), static_cast<size_t>(kSteps / 2));
   for (int s = 0; s < kSteps; ++s) {
@@ -107,15 +56,16 @@ TEST(GptResume, BitIdenticalAtTheSameTpAndWithinToleranceAtOthers) {
   // Every step of the first half was saved; the resumed half saved its final step.
   for (int step = 1; step <= kSteps / 2; ++step) {
     EXPECT_TRUE(
-        fs::exists(Tmp("ckpt") + "/step-0000000" + std::to_string(step) + "/tpx_checkpoint.json"));
+        fs::exists(TestTmpPath("ckpt") + "/step-0000000" + std::to_string(step) +
+                   "/tpx_checkpoint.json"));
   }
-  EXPECT_TRUE(fs::exists(Tmp("ckpt") + "/step-00000008/tpx_checkpoint.json"));
+  EXPECT_TRUE(fs::exists(TestTmpPath("ckpt") + "/step-00000008/tpx_checkpoint.json"));
 
   for (int tp : {1, 4}) {
     TrainOptions other = Options(tp);
-    other.save_dir = Tmp("ckpt_tp" + std::to_string(tp));
+    other.save_dir = TestTmpPath("ckpt_tp" + std::to_string(tp));
     other.resume = true;
-    const RunResult run = TrainInProcesses(tp, other, Tmp("other"));
+    const TrainRun run = TrainOnNewRanks(tp, other, TestTmpPath("other"));
     EXPECT_EQ(run.first_step, kSteps / 2) << "TP " << tp;
     ASSERT_EQ(run.losses.size(), static_cast<size_t>(kSteps / 2)) << "TP " << tp;
     for (int s = 0; s < kSteps / 2; ++s) {
@@ -133,17 +83,17 @@ TEST(GptResume, Bf16ResumesBitIdenticallyFromF32MasterWeights) {
     o.model.dtype = DType::kBF16;
     return o;
   };
-  const RunResult straight = TrainInProcesses(2, bf16(Options(2)), Tmp("bf16_straight"));
+  const TrainRun straight = TrainOnNewRanks(2, bf16(Options(2)), TestTmpPath("bf16_straight"));
   ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
 
   TrainOptions first_half = bf16(Options(2));
-  first_half.save_dir = Tmp("bf16_ckpt");
+  first_half.save_dir = TestTmpPath("bf16_ckpt");
   first_half.stop_after = kSteps / 2;
-  const RunResult first = TrainInProcesses(2, first_half, Tmp("bf16_first"));
+  const TrainRun first = TrainOnNewRanks(2, first_half, TestTmpPath("bf16_first"));
   ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
-  std::filesystem::copy(Tmp("bf16_ckpt"), Tmp("bf16_ckpt_f32"),
+  std::filesystem::copy(TestTmpPath("bf16_ckpt"), TestTmpPath("bf16_ckpt_f32"),
                         std::filesystem::copy_options::recursive);
-  auto meta = sharded_state::ReadMetadata(Tmp("bf16_ckpt") + "/step-00000004");
+  auto meta = sharded_state::ReadMetadata(TestTmpPath("bf16_ckpt") + "/step-00000004");
   ASSERT_TRUE(meta.ok()) << meta.status();
   ASSERT_TRUE(meta->tensors.contains("block0.qkv.weight"));
   for (const auto& [name, layout] : meta->tensors) {
@@ -152,9 +102,9 @@ TEST(GptResume, Bf16ResumesBitIdenticallyFromF32MasterWeights) {
   }
 
   TrainOptions second_half = bf16(Options(2));
-  second_half.save_dir = Tmp("bf16_ckpt");
+  second_half.save_dir = TestTmpPath("bf16_ckpt");
   second_half.resume = true;
-  const RunResult second = TrainInProcesses(2, second_half, Tmp("bf16_second"));
+  const TrainRun second = TrainOnNewRanks(2, second_half, TestTmpPath("bf16_second"));
   EXPECT_EQ(second.first_step, kSteps / 2);
   ASSERT_EQ(second.losses.size(), static_cast<size_t>(kSteps / 2));
   for (int s = 0; s < kSteps; ++s) {
@@ -165,9 +115,9 @@ TEST(GptResume, Bf16ResumesBitIdenticallyFromF32MasterWeights) {
   // The f32 masters resume an f32 run (at TP=1): bf16's tolerance
   // (gpt_tp_invariance_test's kBf16VsF32Tolerance).
   TrainOptions f32 = Options(1);
-  f32.save_dir = Tmp("bf16_ckpt_f32");
+  f32.save_dir = TestTmpPath("bf16_ckpt_f32");
   f32.resume = true;
-  const RunResult f32_run = TrainInProcesses(1, f32, Tmp("bf16_f32"));
+  const TrainRun f32_run = TrainOnNewRanks(1, f32, TestTmpPath("bf16_f32"));
   EXPECT_EQ(f32_run.first_step, kSteps / 2);
   ASSERT_EQ(f32_run.losses.size(), static_cast<size_t>(kSteps / 2));
   for (int s = 0; s < kSteps / 2; ++s) {

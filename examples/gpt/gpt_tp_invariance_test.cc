@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "examples/gpt/dataset.h"
 #include "examples/gpt/model.h"
+#include "examples/gpt/tiny_gpt_testutil.h"
 #include "examples/gpt/trainer.h"
 #include "gtest/gtest.h"
 #include "testing/multiprocess.h"
@@ -46,21 +46,10 @@ constexpr double kBf16TpTolerance = 1e-2;
 constexpr double kBf16VsF32Tolerance = 1e-2;
 
 TrainOptions TinyOptions(int tp, bool sp, bool recompute, double dropout) {
-  TrainOptions o;
-  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
-                      .n_heads = 4, .n_layers = 2, .d_ff = 64, .dropout = dropout,
-                      .sequence_parallel = sp, .activation_checkpointing = recompute,
-                      .seed = 77};
-  o.tp = tp;
-  o.batch = 4;
-  o.steps = kSteps;
-  o.warmup_steps = 5;
-  o.lr = 1e-2;
-  o.min_lr = 1e-3;
-  o.log_interval = 0;
-  o.eval_interval = 0;
-  o.eval_batches = 1;
-  o.sample_tokens = 0;
+  TrainOptions o = TinyTrainOptions(tp, kSteps, /*warmup_steps=*/5);
+  o.model.dropout = dropout;
+  o.model.sequence_parallel = sp;
+  o.model.activation_checkpointing = recompute;
   return o;
 }
 
@@ -71,7 +60,7 @@ TEST(GptTpInvariance, SameLossesAtTp1Tp2Tp4WithSequenceParallelRecomputeAndDataP
   options.comm_timeout = absl::Seconds(200);
   options.deadline = absl::Seconds(240);
   testing::RunOnRanks(4, [](testing::RankContext& ctx) {
-    auto data = ByteDataset::Load("examples/gpt/data/kjv_genesis_exodus.txt", 0.1);
+    auto data = LoadBundledText();
     ASSERT_TRUE(data.ok()) << data.status();
     const double dropout = 0.1;
     auto train = [&](comm::Communicator* comm, const TrainOptions& o) -> std::vector<double> {
@@ -134,7 +123,7 @@ TEST(GptTpInvariance, Bf16LossesAtTp1Tp2Tp4CloseToEachOtherAndToF32) {
   options.comm_timeout = absl::Seconds(200);
   options.deadline = absl::Seconds(240);
   testing::RunOnRanks(4, [](testing::RankContext& ctx) {
-    auto data = ByteDataset::Load("examples/gpt/data/kjv_genesis_exodus.txt", 0.1);
+    auto data = LoadBundledText();
     ASSERT_TRUE(data.ok()) << data.status();
     const double dropout = 0.1;
     auto bf16 = [](TrainOptions o, DType reduce_dtype) {
