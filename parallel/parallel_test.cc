@@ -1,9 +1,13 @@
 // Multi-rank tests of parallel state, utilities, every mapping pair and the
 // variable-size primitives: forward outputs and input gradients are compared
 // with values computed locally from the full tensors every rank can rebuild.
+// One case per mapping and TP size (e.g. Parallel/Mappings.AllToAllSp2Hp/Tp4),
+// each a usage example of that mapping.
 #include <numeric>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/autograd/engine.h"
 #include "core/autograd/variable.h"
 #include "core/compare_testutil.h"
@@ -28,12 +32,14 @@ Tensor Piece(const Tensor& t, int64_t dim, const Sizes& sizes, int r) {
 }
 Tensor Scaled(const Tensor& t, double s) { return *ops::Scale(t, s); }
 Sizes Equal(int64_t n, int parts) { return Sizes(static_cast<size_t>(parts), n / parts); }
+std::string TpName(const ::testing::TestParamInfo<int>& info) {
+  return absl::StrCat("Tp", info.param);
+}
 
 // y = mapping(x); Backward(y, dy); checks y and x.grad.
 template <typename MappingFn>
-void CheckPair(const char* what, MappingFn mapping, const Tensor& x, const Tensor& expected_y,
-               const Tensor& dy, const Tensor& expected_dx) {
-  SCOPED_TRACE(what);
+void CheckPair(MappingFn mapping, const Tensor& x, const Tensor& expected_y, const Tensor& dy,
+               const Tensor& expected_dx) {
   Variable xv(x, true);
   absl::StatusOr<Variable> y = mapping(xv);
   ASSERT_TRUE(y.ok()) << y.status();
@@ -42,116 +48,255 @@ void CheckPair(const char* what, MappingFn mapping, const Tensor& x, const Tenso
   EXPECT_TRUE(TensorsClose(xv.grad(), expected_dx, 1e-5, 1e-5));
 }
 
-void MappingsBody(RankContext& ctx) {
-  comm::Communicator& c = ctx.comm;
-  const int n = ctx.size, r = ctx.rank;
+// The full tensors every rank rebuilds from seeds, and how they split.
+struct Full {
+  explicit Full(const RankContext& ctx) : n(ctx.size), r(ctx.rank) {}
+  const int n, r;
   const double tri = n * (n + 1) / 2.0;  // sum over ranks of (rank + 1)
-
-  // Uneven shapes: 5 rows, 7 columns.
+  // Uneven shapes: 5 rows, 7 columns, split as evenly as they go.
   const Tensor X = RandomTensor({5, 7}, DType::kF32, 1);
   const Tensor G = RandomTensor({5, 7}, DType::kF32, 2);
   const Sizes cols = ops::SplitSizes(7, n), rows = ops::SplitSizes(5, n);
-
-  CheckPair("copy_to", [&](const Variable& v) { return CopyToTensorParallelRegion(c, v); }, X, X,
-            Scaled(G, r + 1), Scaled(G, tri));
-  CheckPair("reduce_from",
-            [&](const Variable& v) { return ReduceFromTensorParallelRegion(c, v); },
-            Scaled(X, r + 1), Scaled(X, tri), G, G);
-  CheckPair("scatter_to_tp",
-            [&](const Variable& v) { return ScatterToTensorParallelRegion(c, v, cols); }, X,
-            Piece(X, 1, cols, r), Piece(G, 1, cols, r), G);
-  CheckPair("gather_from_tp",
-            [&](const Variable& v) { return GatherFromTensorParallelRegion(c, v, cols); },
-            Piece(X, 1, cols, r), X, G, Piece(G, 1, cols, r));
-  CheckPair("scatter_to_sp",
-            [&](const Variable& v) { return ScatterToSequenceParallelRegion(c, v, rows); }, X,
-            Piece(X, 0, rows, r), Piece(G, 0, rows, r), G);
-  CheckPair("gather_from_sp",
-            [&](const Variable& v) { return GatherFromSequenceParallelRegion(c, v, true, rows); },
-            Piece(X, 0, rows, r), X, Scaled(G, r + 1), Scaled(Piece(G, 0, rows, r), tri));
-  CheckPair("gather_from_sp_no_tp_grad",
-            [&](const Variable& v) {
-              return GatherFromSequenceParallelRegion(c, v, false, rows);
-            },
-            Piece(X, 0, rows, r), X, Scaled(G, r + 1), Scaled(Piece(G, 0, rows, r), r + 1));
-  CheckPair("reduce_scatter_to_sp",
-            [&](const Variable& v) { return ReduceScatterToSequenceParallelRegion(c, v, rows); },
-            Scaled(X, r + 1), Scaled(Piece(X, 0, rows, r), tri), Piece(G, 0, rows, r), G);
-  CheckPair("all_gather_last_dim",
-            [&](const Variable& v) { return AllGatherLastDim(c, v, cols); }, Piece(X, 1, cols, r),
-            X, Scaled(G, r + 1), Scaled(Piece(G, 1, cols, r), tri));
-  CheckPair("reduce_scatter_last_dim",
-            [&](const Variable& v) { return ReduceScatterLastDim(c, v, cols); }, Scaled(X, r + 1),
-            Scaled(Piece(X, 1, cols, r), tri), Piece(G, 1, cols, r), G);
-
   // Equal splits (Megatron's default) on 3-D tensors [12, 2, 12].
   const Tensor Y = RandomTensor({12, 2, 12}, DType::kF32, 3);
   const Tensor H = RandomTensor({12, 2, 12}, DType::kF32, 4);
   const Sizes eq = Equal(12, n);
-  CheckPair("gather_from_tp_equal",
-            [&](const Variable& v) { return GatherFromTensorParallelRegion(c, v); },
-            Piece(Y, 2, eq, r), Y, H, Piece(H, 2, eq, r));
-  CheckPair("reduce_scatter_to_sp_equal",
-            [&](const Variable& v) { return ReduceScatterToSequenceParallelRegion(c, v); },
-            Scaled(Y, r + 1), Scaled(Piece(Y, 0, eq, r), tri), Piece(H, 0, eq, r), H);
-  CheckPair("sp2hp", [&](const Variable& v) { return AllToAllSp2Hp(c, v); }, Piece(Y, 0, eq, r),
-            Piece(Y, 2, eq, r), Piece(H, 2, eq, r), Piece(H, 0, eq, r));
-  CheckPair("hp2sp", [&](const Variable& v) { return AllToAllHp2Sp(c, v); }, Piece(Y, 2, eq, r),
-            Piece(Y, 0, eq, r), Piece(H, 0, eq, r), Piece(H, 2, eq, r));
+};
 
-  // AllToAll with split sizes: rank i sends send[i][j] rows to rank j.
-  auto send = [](int i, int j) -> int64_t { return (i + 2 * j) % 3; };
-  std::vector<Tensor> xs, gs;
-  for (int i = 0; i < n; ++i) {
-    int64_t m = 0, k = 0;
-    for (int j = 0; j < n; ++j) m += send(i, j), k += send(j, i);
-    xs.push_back(RandomTensor({m, 3}, DType::kF32, 100 + i));
-    gs.push_back(RandomTensor({k, 3}, DType::kF32, 200 + i));
-  }
-  auto row_sizes_of = [&](int i) {  // split of rank i's input by destination
-    Sizes s;
-    for (int j = 0; j < n; ++j) s.push_back(send(i, j));
-    return s;
-  };
-  auto col_sizes_of = [&](int j) {  // split of rank j's output by source
-    Sizes s;
-    for (int i = 0; i < n; ++i) s.push_back(send(i, j));
-    return s;
-  };
-  std::vector<Tensor> expect_y, expect_dx;
-  for (int i = 0; i < n; ++i) expect_y.push_back(Piece(xs[static_cast<size_t>(i)], 0, row_sizes_of(i), r));
-  for (int j = 0; j < n; ++j) expect_dx.push_back(Piece(gs[static_cast<size_t>(j)], 0, col_sizes_of(j), r));
-  CheckPair("all_to_all_split_sizes",
-            [&](const Variable& v) { return AllToAll(c, v, col_sizes_of(r), row_sizes_of(r)); },
-            xs[static_cast<size_t>(r)], *ops::Concat(expect_y, 0), gs[static_cast<size_t>(r)],
-            *ops::Concat(expect_dx, 0));
+// Each mapping at TP = 1..4: rank r's input and upstream gradient, and the
+// slice of the full tensors its output and input gradient must equal. Read
+// a case as: this rank holds `x`; mapping(x) is `expected_y`; backward of
+// `dy` gives `expected_dx`.
+class Mappings : public ::testing::TestWithParam<int> {};
 
-  // Variable-size primitives.
-  CheckPair("all_gather_v",
-            [&](const Variable& v) { return AllGatherV(c, v, rows, 0); }, Piece(X, 0, rows, r), X,
-            Scaled(G, r + 1), Scaled(Piece(G, 0, rows, r), tri));
-  {
-    // bf16 with the backward reduction in f32.
-    Tensor xb = *Piece(X, 1, cols, r).To(DType::kBF16);
-    Tensor gb = *Scaled(G, r + 1).To(DType::kBF16);
+TEST_P(Mappings, CopyToTensorParallelRegion) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return CopyToTensorParallelRegion(ctx.comm, v); }, f.X,
+              f.X, Scaled(f.G, f.r + 1), Scaled(f.G, f.tri));
+  });
+}
+
+TEST_P(Mappings, ReduceFromTensorParallelRegion) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return ReduceFromTensorParallelRegion(ctx.comm, v); },
+              Scaled(f.X, f.r + 1), Scaled(f.X, f.tri), f.G, f.G);
+  });
+}
+
+TEST_P(Mappings, ScatterToTensorParallelRegionUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) { return ScatterToTensorParallelRegion(ctx.comm, v, f.cols); },
+        f.X, Piece(f.X, 1, f.cols, f.r), Piece(f.G, 1, f.cols, f.r), f.G);
+  });
+}
+
+TEST_P(Mappings, GatherFromTensorParallelRegionUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) { return GatherFromTensorParallelRegion(ctx.comm, v, f.cols); },
+        Piece(f.X, 1, f.cols, f.r), f.X, f.G, Piece(f.G, 1, f.cols, f.r));
+  });
+}
+
+TEST_P(Mappings, ScatterToSequenceParallelRegionUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) { return ScatterToSequenceParallelRegion(ctx.comm, v, f.rows); },
+        f.X, Piece(f.X, 0, f.rows, f.r), Piece(f.G, 0, f.rows, f.r), f.G);
+  });
+}
+
+// With tensor_parallel_output_grad: the backward reduce-scatters.
+TEST_P(Mappings, GatherFromSequenceParallelRegionUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) {
+          return GatherFromSequenceParallelRegion(ctx.comm, v, true, f.rows);
+        },
+        Piece(f.X, 0, f.rows, f.r), f.X, Scaled(f.G, f.r + 1),
+        Scaled(Piece(f.G, 0, f.rows, f.r), f.tri));
+  });
+}
+
+// Without tensor_parallel_output_grad: the backward only splits.
+TEST_P(Mappings, GatherFromSequenceParallelRegionWithoutTpOutputGrad) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) {
+          return GatherFromSequenceParallelRegion(ctx.comm, v, false, f.rows);
+        },
+        Piece(f.X, 0, f.rows, f.r), f.X, Scaled(f.G, f.r + 1),
+        Scaled(Piece(f.G, 0, f.rows, f.r), f.r + 1));
+  });
+}
+
+TEST_P(Mappings, ReduceScatterToSequenceParallelRegionUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) {
+          return ReduceScatterToSequenceParallelRegion(ctx.comm, v, f.rows);
+        },
+        Scaled(f.X, f.r + 1), Scaled(Piece(f.X, 0, f.rows, f.r), f.tri),
+        Piece(f.G, 0, f.rows, f.r), f.G);
+  });
+}
+
+TEST_P(Mappings, AllGatherLastDimUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return AllGatherLastDim(ctx.comm, v, f.cols); },
+              Piece(f.X, 1, f.cols, f.r), f.X, Scaled(f.G, f.r + 1),
+              Scaled(Piece(f.G, 1, f.cols, f.r), f.tri));
+  });
+}
+
+TEST_P(Mappings, ReduceScatterLastDimUneven) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return ReduceScatterLastDim(ctx.comm, v, f.cols); },
+              Scaled(f.X, f.r + 1), Scaled(Piece(f.X, 1, f.cols, f.r), f.tri),
+              Piece(f.G, 1, f.cols, f.r), f.G);
+  });
+}
+
+TEST_P(Mappings, GatherFromTensorParallelRegionEqual) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return GatherFromTensorParallelRegion(ctx.comm, v); },
+              Piece(f.Y, 2, f.eq, f.r), f.Y, f.H, Piece(f.H, 2, f.eq, f.r));
+  });
+}
+
+TEST_P(Mappings, ReduceScatterToSequenceParallelRegionEqual) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair(
+        [&](const Variable& v) { return ReduceScatterToSequenceParallelRegion(ctx.comm, v); },
+        Scaled(f.Y, f.r + 1), Scaled(Piece(f.Y, 0, f.eq, f.r), f.tri), Piece(f.H, 0, f.eq, f.r),
+        f.H);
+  });
+}
+
+// Sequence-parallel [s/n, b, h] -> head-parallel [s, b, h/n], and back.
+TEST_P(Mappings, AllToAllSp2Hp) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return AllToAllSp2Hp(ctx.comm, v); },
+              Piece(f.Y, 0, f.eq, f.r), Piece(f.Y, 2, f.eq, f.r), Piece(f.H, 2, f.eq, f.r),
+              Piece(f.H, 0, f.eq, f.r));
+  });
+}
+
+TEST_P(Mappings, AllToAllHp2Sp) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return AllToAllHp2Sp(ctx.comm, v); },
+              Piece(f.Y, 2, f.eq, f.r), Piece(f.Y, 0, f.eq, f.r), Piece(f.H, 0, f.eq, f.r),
+              Piece(f.H, 2, f.eq, f.r));
+  });
+}
+
+// AllToAll with split sizes: rank i sends send(i, j) rows to rank j.
+TEST_P(Mappings, AllToAllWithSplitSizes) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const int n = ctx.size, r = ctx.rank;
+    auto send = [](int i, int j) -> int64_t { return (i + 2 * j) % 3; };
+    std::vector<Tensor> xs, gs;
+    for (int i = 0; i < n; ++i) {
+      int64_t m = 0, k = 0;
+      for (int j = 0; j < n; ++j) m += send(i, j), k += send(j, i);
+      xs.push_back(RandomTensor({m, 3}, DType::kF32, 100 + i));
+      gs.push_back(RandomTensor({k, 3}, DType::kF32, 200 + i));
+    }
+    auto row_sizes_of = [&](int i) {  // split of rank i's input by destination
+      Sizes s;
+      for (int j = 0; j < n; ++j) s.push_back(send(i, j));
+      return s;
+    };
+    auto col_sizes_of = [&](int j) {  // split of rank j's output by source
+      Sizes s;
+      for (int i = 0; i < n; ++i) s.push_back(send(i, j));
+      return s;
+    };
+    std::vector<Tensor> expect_y, expect_dx;
+    for (int i = 0; i < n; ++i) {
+      expect_y.push_back(Piece(xs[static_cast<size_t>(i)], 0, row_sizes_of(i), r));
+    }
+    for (int j = 0; j < n; ++j) {
+      expect_dx.push_back(Piece(gs[static_cast<size_t>(j)], 0, col_sizes_of(j), r));
+    }
+    CheckPair(
+        [&](const Variable& v) { return AllToAll(ctx.comm, v, col_sizes_of(r), row_sizes_of(r)); },
+        xs[static_cast<size_t>(r)], *ops::Concat(expect_y, 0), gs[static_cast<size_t>(r)],
+        *ops::Concat(expect_dx, 0));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Parallel, Mappings, ::testing::Values(1, 2, 3, 4), TpName);
+
+// The variable-size primitives at TP = 1..4, read the same way.
+class VPrimitives : public ::testing::TestWithParam<int> {};
+
+TEST_P(VPrimitives, AllGatherV) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return AllGatherV(ctx.comm, v, f.rows, 0); },
+              Piece(f.X, 0, f.rows, f.r), f.X, Scaled(f.G, f.r + 1),
+              Scaled(Piece(f.G, 0, f.rows, f.r), f.tri));
+  });
+}
+
+// bf16 with the backward reduction in f32.
+TEST_P(VPrimitives, AllGatherVBf16ReducesGradientsInF32) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    Tensor xb = *Piece(f.X, 1, f.cols, f.r).To(DType::kBF16);
+    Tensor gb = *Scaled(f.G, f.r + 1).To(DType::kBF16);
     Variable v(xb, true);
-    auto y = AllGatherV(c, v, cols, 1, /*use_fp32=*/true);
+    auto y = AllGatherV(ctx.comm, v, f.cols, 1, /*use_fp32=*/true);
     ASSERT_TRUE(y.ok()) << y.status();
-    EXPECT_TRUE(TensorsClose(y->value(), *X.To(DType::kBF16), 0, 0));
+    EXPECT_TRUE(TensorsClose(y->value(), *f.X.To(DType::kBF16), 0, 0));
     ASSERT_TRUE(Backward(*y, gb).ok());
     EXPECT_EQ(v.grad().dtype(), DType::kBF16);
-    EXPECT_TRUE(TensorsClose(*v.grad().To(DType::kF32), Scaled(Piece(G, 1, cols, r), tri), 2e-2,
-                             2e-2));
-  }
-  const int root = n - 1;
-  CheckPair("gather_v", [&](const Variable& v) { return GatherV(c, v, cols, 1, root); },
-            Piece(X, 1, cols, r), r == root ? X : *Tensor::Empty({5, 0}),
-            r == root ? G : *Tensor::Empty({5, 0}), Piece(G, 1, cols, r));
-  CheckPair("scatter_v", [&](const Variable& v) { return ScatterV(c, v, rows, 0, 0); },
-            r == 0 ? X : *Tensor::Zeros({1, 7}), Piece(X, 0, rows, r), Piece(G, 0, rows, r),
-            r == 0 ? G : *Tensor::Zeros({1, 7}));
-  {
-    // IndexedAllToAllV: rank i sends rows idx(i, j) of x_i to rank j.
+    EXPECT_TRUE(TensorsClose(*v.grad().To(DType::kF32), Scaled(Piece(f.G, 1, f.cols, f.r), f.tri),
+                             2e-2, 2e-2));
+  });
+}
+
+// Gather to the last rank: only the root's output holds the full tensor.
+TEST_P(VPrimitives, GatherV) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    const int root = f.n - 1;
+    CheckPair([&](const Variable& v) { return GatherV(ctx.comm, v, f.cols, 1, root); },
+              Piece(f.X, 1, f.cols, f.r), f.r == root ? f.X : *Tensor::Empty({5, 0}),
+              f.r == root ? f.G : *Tensor::Empty({5, 0}), Piece(f.G, 1, f.cols, f.r));
+  });
+}
+
+// Scatter from rank 0: the other ranks' inputs are placeholders.
+TEST_P(VPrimitives, ScatterV) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const Full f(ctx);
+    CheckPair([&](const Variable& v) { return ScatterV(ctx.comm, v, f.rows, 0, 0); },
+              f.r == 0 ? f.X : *Tensor::Zeros({1, 7}), Piece(f.X, 0, f.rows, f.r),
+              Piece(f.G, 0, f.rows, f.r), f.r == 0 ? f.G : *Tensor::Zeros({1, 7}));
+  });
+}
+
+// IndexedAllToAllV: rank i sends rows idx(i, j) of x_i to rank j.
+TEST_P(VPrimitives, IndexedAllToAllV) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const int n = ctx.size, r = ctx.rank;
     auto count = [](int i, int j) -> int64_t { return (i + 2 * j) % 3 + (i == j ? 1 : 0); };
     auto idx = [&](int i, int j) {
       std::vector<int64_t> v;
@@ -183,24 +328,33 @@ void MappingsBody(RankContext& ctx) {
       Tensor rows_from_me = *g_of(j).Narrow(0, off, count(r, j));
       ASSERT_TRUE(ops::IndexAdd(expect_grad, 0, idx(r, j), rows_from_me).ok());
     }
-    CheckPair("indexed_all_to_all_v",
-              [&](const Variable& v) { return IndexedAllToAllV(c, v, my_indices, sizes); },
+    CheckPair([&](const Variable& v) { return IndexedAllToAllV(ctx.comm, v, my_indices, sizes); },
               xi[static_cast<size_t>(r)], expect, g_of(r), expect_grad);
-  }
+  });
+}
 
-  // Errors that must be clear.
-  if (n > 1) {
+INSTANTIATE_TEST_SUITE_P(Parallel, VPrimitives, ::testing::Values(1, 2, 3, 4), TpName);
+
+// Errors that must be clear (TP > 1): 7 columns do not split evenly, and
+// split sizes that do not match the group size are refused.
+class MappingErrors : public ::testing::TestWithParam<int> {};
+
+TEST_P(MappingErrors, UnevenSplitsWithoutSizesAndWrongSizesAreRefused) {
+  RunOnRanks(GetParam(), [](RankContext& ctx) {
+    const int n = ctx.size;
     Variable odd(*Tensor::Zeros({5, 7}), true);
     if (7 % n != 0) {
-      auto s = ScatterToTensorParallelRegion(c, odd);
+      auto s = ScatterToTensorParallelRegion(ctx.comm, odd);
       ASSERT_FALSE(s.ok());
       EXPECT_NE(s.status().message().find("not divisible"), absl::string_view::npos)
           << s.status();
     }
-    auto bad = GatherFromTensorParallelRegion(c, odd, Sizes{1});
+    auto bad = GatherFromTensorParallelRegion(ctx.comm, odd, Sizes{1});
     EXPECT_FALSE(bad.ok());
-  }
+  });
 }
+
+INSTANTIATE_TEST_SUITE_P(Parallel, MappingErrors, ::testing::Values(2, 3, 4), TpName);
 
 void StateAndUtilsBody(RankContext& ctx) {
   comm::Communicator& c = ctx.comm;
@@ -270,19 +424,18 @@ void StateAndUtilsBody(RankContext& ctx) {
   EXPECT_TRUE(TensorsClose(got->at("labels"), labels, 0, 0));
 }
 
-TEST(Parallel, MappingsAndVPrimitivesMatchTheFullTensors) {
-  for (int n : {1, 2, 3, 4}) {
-    SCOPED_TRACE(n);
-    RunOnRanks(n, MappingsBody);
-  }
+// Parallel state at every TP size that divides the world (1, 2, 4 ranks),
+// and the utilities.
+class ParallelStateAndUtilities : public ::testing::TestWithParam<int> {};
+
+TEST_P(ParallelStateAndUtilities, GroupsAndHelpersMatchTheirDefinitions) {
+  RunOnRanks(GetParam(), StateAndUtilsBody);
 }
 
-TEST(Parallel, StateAndUtilities) {
-  for (int n : {1, 2, 4}) {
-    SCOPED_TRACE(n);
-    RunOnRanks(n, StateAndUtilsBody);
-  }
-}
+INSTANTIATE_TEST_SUITE_P(Parallel, ParallelStateAndUtilities, ::testing::Values(1, 2, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("World", info.param);
+                         });
 
 }  // namespace
 }  // namespace tpx::parallel
