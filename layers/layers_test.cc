@@ -134,8 +134,9 @@ std::vector<ColumnCase> ColumnCases() {
 class ColumnParallelLinearTest : public ::testing::TestWithParam<ColumnCase> {};
 
 // Output and input, weight and bias gradients against the full linear:
-// rank r holds output features r, r + n, ... (blocks of the stride), and
-// under sequence parallelism its block of tokens of the input.
+// rank r holds the output-feature blocks r, r + n, ... (`stride` blocks of
+// out / (n * stride) rows of W), and under sequence parallelism its block of
+// the input's tokens.
 TEST_P(ColumnParallelLinearTest, MatchesTheFullLinear) {
   const ColumnCase c = GetParam();
   RunOnRanks(c.tp, [c](RankContext& ctx) {
