@@ -14,6 +14,7 @@
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/generator.h"
 #include "examples/gpt/model.h"
+#include "examples/gpt/tiny_gpt_testutil.h"
 #include "examples/gpt/trainer.h"
 #include "gtest/gtest.h"
 #include "parallel/mappings.h"
@@ -26,18 +27,13 @@ namespace {
 // Logits reach |x| ~ 10; f32 sums in other orders differ by ~1e-6 of that.
 constexpr double kLogitTol = 2e-4;
 
-GptConfig TinyConfig() {
-  return GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
-                   .n_heads = 4, .n_layers = 2, .d_ff = 64, .seed = 77};
-}
-
 // The seeded initial model with its weights scaled up (the same factor on
 // every shard, so still the same model at every TP size): attention and MLP
 // then move the logits by O(1), so a wrong cache entry shows, and logits
 // spread (no near-ties for argmax to flip on).
 std::unique_ptr<GptModel> TinyModel(comm::Communicator& tp) {
   EXPECT_TRUE(rng::ModelParallelManualSeed(5, tp.rank(), 0, 0, rng::SeedMode::kTpInvariant).ok());
-  auto model = GptModel::Create(tp, TinyConfig());
+  auto model = GptModel::Create(tp, TinyGptConfig());
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   const GptModel& m = **model;
@@ -199,7 +195,7 @@ void BadInput(comm::Communicator& tp) {
   EXPECT_EQ(unseeded.status().code(), absl::StatusCode::kFailedPrecondition) << unseeded.status();
   // A TP size that does not divide the heads.
   if (tp.size() > 1) {
-    GptConfig c = TinyConfig();
+    GptConfig c = TinyGptConfig();
     c.n_heads = 2 * tp.size() + 1;
     c.d_model = 4 * c.n_heads;
     auto bad = GptModel::Create(tp, c);
@@ -209,7 +205,7 @@ void BadInput(comm::Communicator& tp) {
   // Training refuses a sample it could not take before it trains.
   auto data = ByteDataset::FromText(std::string(4096, 'a'), 0.1);
   ASSERT_TRUE(data.ok());
-  TrainOptions train{.model = TinyConfig(), .tp = tp.size(), .steps = 1,
+  TrainOptions train{.model = TinyGptConfig(), .tp = tp.size(), .steps = 1,
                      .prompt = std::string(17, 'a')};
   auto trained = Train(tp, *data, train);
   ASSERT_FALSE(trained.ok());

@@ -11,10 +11,15 @@
 
 namespace tpx::gpt {
 
+GptConfig TinyGptConfig() {
+  return GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
+                   .n_heads = 4, .n_layers = 2, .d_ff = 64, .seed = 77};
+}
+
 TrainOptions TinyTrainOptions(int tp, int64_t steps, int64_t warmup_steps) {
   TrainOptions o;
-  o.model = GptConfig{.vocab_size = ByteDataset::kVocabSize, .seq_len = 16, .d_model = 32,
-                      .n_heads = 4, .n_layers = 2, .d_ff = 64, .dropout = 0.1, .seed = 77};
+  o.model = TinyGptConfig();
+  o.model.dropout = 0.1;
   o.tp = tp;
   o.batch = 4;
   o.steps = steps;
