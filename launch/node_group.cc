@@ -107,12 +107,13 @@ absl::StatusOr<std::optional<JobStop>> NodeGroup::ReadFailure() {
 
 void NodeGroup::Poll() {
   std::optional<JobStop> publish;
+  absl::Time started;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (own_stop_.has_value() && own_stop_published_) return;  // nothing left to watch
     if (own_stop_.has_value()) publish = own_stop_;
     if (!publish.has_value() && remote_stop_.has_value()) return;
-    call_since_ = absl::Now();
+    started = call_since_ = absl::Now();
   }
   absl::Status status;
   std::optional<JobStop> remote;
@@ -129,7 +130,7 @@ void NodeGroup::Poll() {
   std::lock_guard<std::mutex> lock(mu_);
   call_since_ = absl::InfiniteFuture();
   if (!status.ok()) {
-    if (failing_since_ == absl::InfiniteFuture()) failing_since_ = absl::Now();
+    if (failing_since_ == absl::InfiniteFuture()) failing_since_ = started;
     store_error_ = status.ToString();
     return;
   }
