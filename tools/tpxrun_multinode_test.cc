@@ -86,47 +86,50 @@ TEST(TpxrunMultiNode, TwoNodesRunOneJob) {
   }
 }
 
-// Node 1's rank 3 fails while node 0's ranks sleep for 120 s: only node 0's
-// tpxrun, told through the store, can stop them.
-TEST(TpxrunMultiNode, AFailedRankOnOneNodeStopsTheOtherNode) {
+// A rank fails on one node while every other rank sleeps for 120 s: only
+// the other node's tpxrun, told through the store, can stop its ranks in time.
+struct NodeFailure {
+  std::string job;                     // also the test's name
+  std::vector<std::string> prog_args;  // of tpxrun_test_prog
+  int failing_node;
+  int exit_code;                       // of both nodes' tpxrun
+  std::string failing_node_says, other_node_says;
+};
+
+class TpxrunNodeFailure : public ::testing::TestWithParam<NodeFailure> {};
+
+TEST_P(TpxrunNodeFailure, StopsTheOtherNode) {
+  const NodeFailure& c = GetParam();
   TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
-  std::vector<pid_t> pids = StartJob(*hosts, "fail", {"fail", "3"});
+  std::vector<pid_t> pids = StartJob(*hosts, c.job, c.prog_args);
   ASSERT_EQ(pids.size(), 2u);
-  auto [code1, log1] = Finish(pids[1], "fail", 1);
-  EXPECT_EQ(code1, 3) << log1;
-  EXPECT_TRUE(Has(log1, "tpxrun: rank 3 exited with code 3; stopping the other ranks")) << log1;
-  auto [code0, log0] = Finish(pids[0], "fail", 0);
-  EXPECT_EQ(code0, 3) << log0;
-  EXPECT_TRUE(Has(log0, "tpxrun: the job failed on node 1: rank 3 exited with code 3; "
-                        "stopping the ranks"))
-      << log0;
+  // The failing node first: node 0 keeps the store up until node 1 has left.
+  for (int node : {c.failing_node, 1 - c.failing_node}) {
+    auto [code, log] = Finish(pids[node], c.job, node);
+    EXPECT_EQ(code, c.exit_code) << log;
+    const std::string& says = node == c.failing_node ? c.failing_node_says : c.other_node_says;
+    EXPECT_TRUE(Has(log, says)) << log;
+    EXPECT_FALSE(Has(log, "did not finish")) << log;
+  }
 }
 
-TEST(TpxrunMultiNode, AKilledRankOnOneNodeStopsTheOtherNode) {
-  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
-  std::vector<pid_t> pids = StartJob(*hosts, "kill", {"kill", "3"});
-  ASSERT_EQ(pids.size(), 2u);
-  auto [code1, log1] = Finish(pids[1], "kill", 1);
-  EXPECT_EQ(code1, 128 + SIGKILL) << log1;
-  auto [code0, log0] = Finish(pids[0], "kill", 0);
-  EXPECT_EQ(code0, 128 + SIGKILL) << log0;
-  EXPECT_TRUE(Has(log0, "tpxrun: the job failed on node 1: rank 3 was killed by signal 9"))
-      << log0;
-}
-
-// The store's own node fails: node 1 stops, and node 0 keeps the store up
-// until node 1 has left.
-TEST(TpxrunMultiNode, AFailureOnTheStoreNodeStopsTheOthers) {
-  TPX_EMULATED_HOSTS_OR_SKIP(hosts, 2);
-  std::vector<pid_t> pids = StartJob(*hosts, "fail0", {"fail", "0"});
-  ASSERT_EQ(pids.size(), 2u);
-  auto [code1, log1] = Finish(pids[1], "fail0", 1);
-  EXPECT_EQ(code1, 3) << log1;
-  EXPECT_TRUE(Has(log1, "tpxrun: the job failed on node 0: rank 0 exited with code 3")) << log1;
-  auto [code0, log0] = Finish(pids[0], "fail0", 0);
-  EXPECT_EQ(code0, 3) << log0;
-  EXPECT_FALSE(Has(log0, "did not finish")) << log0;
-}
+INSTANTIATE_TEST_SUITE_P(
+    TpxrunMultiNode, TpxrunNodeFailure,
+    ::testing::Values(
+        NodeFailure{"ExitOnNode1", {"fail", "3"}, 1, 3,
+                    "tpxrun: rank 3 exited with code 3; stopping the other ranks",
+                    "tpxrun: the job failed on node 1: rank 3 exited with code 3; "
+                    "stopping the ranks"},
+        NodeFailure{"SigkillOnNode1", {"kill", "3"}, 1, 128 + SIGKILL,
+                    "tpxrun: rank 3 was killed by signal 9 (Killed); stopping the other ranks",
+                    "tpxrun: the job failed on node 1: rank 3 was killed by signal 9 (Killed); "
+                    "stopping the ranks"},
+        // The store's own node fails.
+        NodeFailure{"ExitOnNode0", {"fail", "0"}, 0, 3,
+                    "tpxrun: rank 0 exited with code 3; stopping the other ranks",
+                    "tpxrun: the job failed on node 0: rank 0 exited with code 3; "
+                    "stopping the ranks"}),
+    [](const ::testing::TestParamInfo<NodeFailure>& info) { return info.param.job; });
 
 // Node 1 finishes (all ranks exit 0) while node 0's ranks still run: that
 // is not a failure, and node 0 finishes cleanly later.
