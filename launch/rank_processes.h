@@ -12,9 +12,11 @@
 // A rank is a program (Exec: fork + exec) or a function of this program
 // (Fork: the child runs it and exits with its return value; fork only while
 // this process has a single thread). Every rank dies with this process, also
-// when it is SIGKILLed (parent-death signal). Supervise stops the others
-// when one fails (SIGTERM, then SIGKILL after a grace period), forwards
-// SIGINT/SIGTERM, enforces a deadline, and says which rank failed and how.
+// when it is SIGKILLed (parent-death signal; it follows the thread that
+// started the rank, so start and supervise from one thread). Supervise stops
+// the others when one fails (SIGTERM, then SIGKILL after a grace period),
+// forwards SIGINT/SIGTERM, enforces a deadline, and says which rank failed
+// and how.
 #ifndef TPX_LAUNCH_RANK_PROCESSES_H_
 #define TPX_LAUNCH_RANK_PROCESSES_H_
 
@@ -98,9 +100,9 @@ class RankProcesses {
  public:
   struct Options {
     // Each rank leads its own process group, so that signals reach the
-    // processes it starts too (Exec ranks only).
+    // processes it starts too.
     bool own_process_group = false;
-    // Exec ranks' stdout and stderr go to `out` and `err` with every line
+    // Ranks' stdout and stderr go to `out` and `err` with every line
     // prefixed "[rank r] "; otherwise ranks share this process's.
     bool prefix_output = false;
     FILE* out = stdout;

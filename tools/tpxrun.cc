@@ -222,7 +222,13 @@ int main(int argc, char** argv) {
     // unless the user chose devices.
     if (args.nnodes == 1) env.defaults = {{"UCX_NET_DEVICES", "lo"}};
     if (absl::Status s = ranks.Exec(place.rank, args.command, env); !s.ok()) {
-      return fail(std::string(s.message()));
+      // The ranks started so far die with `ranks`; other nodes must stop theirs.
+      const tpx::launch::JobStop why{1, std::string(s.message())};
+      if (nodes != nullptr) {
+        nodes->ReportStop(why);
+        nodes->Leave(why);
+      }
+      return fail(why.reason);
     }
   }
 
