@@ -9,9 +9,6 @@
 //   {"bench":"cross_entropy","tp":2,"in_place":false,"tokens":2048,"vocab":32000,"step_ms":..}
 // step_ms: median over --reps timed steps (after one warm-up) of
 // forward + backward; with TP=2 the maximum over the ranks of their medians.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,12 +22,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
-#include "comm/file_store.h"
-#include "comm/plugin_communicator.h"
-#include "comm/plugin_loader.h"
+#include "comm/init.h"
 #include "core/autograd/engine.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
+#include "launch/local_job.h"
 #include "loss/cross_entropy.h"
 
 ABSL_FLAG(int64_t, tokens, 2048, "tokens (s * b)");
@@ -95,33 +91,25 @@ void Print(int tp, bool in_place, int64_t tokens, int64_t vocab, double seconds)
   std::fflush(stdout);
 }
 
-// Forked rank of the TP=2 run; exits with 0 on success.
-[[noreturn]] void RunRank(int rank, int size, const std::string& store_dir, int64_t tokens,
-                          int64_t vocab, int reps) {
-  auto fail = [&](const absl::Status& s) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, s.ToString().c_str());
-    ::_exit(1);
+// A rank of the TP=2 run (launch::RunLocalRanks forks them); 0 on success.
+int RunRank(int64_t tokens, int64_t vocab, int reps) {
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "cross_entropy bench: %s\n", s.ToString().c_str());
+    return 1;
   };
-  setenv("UCX_NET_DEVICES", "lo", 0);
-  auto store = comm::FileStore::Open(store_dir);
-  if (!store.ok()) fail(store.status());
-  auto plugin = comm::LoadPlugin("ucx");
-  if (!plugin.ok()) fail(plugin.status());
-  comm::CommOptions options;
-  options.rank = rank;
-  options.size = size;
-  auto tp = comm::PluginCommunicator::Create(*plugin, options,
-                                             std::shared_ptr<comm::Store>(std::move(*store)));
-  if (!tp.ok()) fail(tp.status());
+  comm::InitOptions init;
+  init.backend = "ucx";
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> tp = comm::Init(init);
+  if (!tp.ok()) return fail(tp.status());
   for (bool in_place : {false, true}) {
     auto t = TimeSteps(tp->get(), tokens, vocab, in_place, /*threads=*/1, reps);
-    if (!t.ok()) fail(t.status());
+    if (!t.ok()) return fail(t.status());
     float w = static_cast<float>(*t);
     absl::Status s = (*tp)->AllReduce(&w, 1, DType::kF32, comm::ReduceOp::kMax).Wait();
-    if (!s.ok()) fail(s);
-    if (rank == 0) Print(size, in_place, tokens, vocab, w);
+    if (!s.ok()) return fail(s);
+    if ((*tp)->rank() == 0) Print((*tp)->size(), in_place, tokens, vocab, w);
   }
-  ::_exit(0);
+  return 0;
 }
 
 int Main() {
@@ -129,28 +117,9 @@ int Main() {
   const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
   const int only_tp = absl::GetFlag(FLAGS_only_tp);
   // TP=2 first: the ranks fork before this process starts any thread.
-  if (only_tp != 1) {
-    char dir[] = "/tmp/tpx_ce_bench_XXXXXX";
-    if (::mkdtemp(dir) == nullptr) {
-      std::perror("mkdtemp");
-      return 1;
-    }
-    const int size = 2;
-    std::vector<pid_t> pids;
-    for (int r = 0; r < size; ++r) {
-      const pid_t pid = ::fork();
-      if (pid == 0) RunRank(r, size, dir, tokens, vocab, reps);
-      pids.push_back(pid);
-    }
-    int failed = 0;
-    for (pid_t pid : pids) {
-      int status = 0;
-      ::waitpid(pid, &status, 0);
-      failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
-    std::string cleanup = std::string("rm -rf ") + dir;
-    if (std::system(cleanup.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", dir);
-    if (failed) return 1;
+  if (only_tp != 1 &&
+      launch::RunLocalRanks(2, [&] { return RunRank(tokens, vocab, reps); }) != 0) {
+    return 1;
   }
   for (bool in_place : {false, true}) {
     if (only_tp == 2) break;

@@ -25,8 +25,8 @@
 #include "core/gemm.h"
 #include "core/status_macros.h"
 #include "examples/gpt/generator.h"
-#include "examples/gpt/launch.h"
 #include "examples/gpt/model.h"
+#include "launch/local_job.h"
 #include "parallel/parallel_state.h"
 
 ABSL_FLAG(std::string, cases, "1x1,1x2,2x1", "TPxTHREADS cases (processes = TP).");
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                    std::string(c).c_str());
       return 2;
     }
-    const int code = tpx::gpt::RunLocalRanks(tp, [tp, threads, &batches] {
+    const int code = tpx::launch::RunLocalRanks(tp, [tp, threads, &batches] {
       absl::Status s = tpx::gpt::Measure(tp, threads, batches);
       if (!s.ok()) std::fprintf(stderr, "decode bench: %s\n", s.ToString().c_str());
       return s.ok() ? 0 : 1;

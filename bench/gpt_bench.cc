@@ -32,9 +32,9 @@
 #include "comm/init.h"
 #include "core/gemm.h"
 #include "examples/gpt/dataset.h"
-#include "examples/gpt/launch.h"
 #include "examples/gpt/model_flags.h"
 #include "examples/gpt/trainer.h"
+#include "launch/local_job.h"
 
 ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP).");
 ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
@@ -167,7 +167,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "gpt bench: bad --tps entry '%s'\n", std::string(s).c_str());
       return 2;
     }
-    if (tpx::gpt::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
+    if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) {
+      ++failures;
+    }
   }
   if (!settings.empty()) {
     for (absl::string_view s : absl::StrSplit(settings, ',')) {

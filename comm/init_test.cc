@@ -18,11 +18,15 @@ InitOptions Options(std::string backend, std::optional<LaunchEnv> launch = std::
   return options;
 }
 
-absl::StatusOr<LaunchEnv> FromMap(const std::map<std::string, std::string>& vars) {
-  return ReadLaunchEnv([&](const char* name) -> const char* {
+EnvLookup MapLookup(const std::map<std::string, std::string>& vars) {
+  return [&vars](const char* name) -> const char* {
     auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
-  });
+  };
+}
+
+absl::StatusOr<LaunchEnv> FromMap(const std::map<std::string, std::string>& vars) {
+  return ReadLaunchEnv(MapLookup(vars));
 }
 
 TEST(LaunchEnv, NoLauncherIsOneProcess) {
@@ -110,6 +114,51 @@ TEST(LaunchEnv, ErrorsNameTheVariable) {
   EXPECT_NE(no_port.status().message().find("MASTER_PORT"), std::string::npos);
   auto junk = FromMap({{"RANK", "0"}, {"WORLD_SIZE", "two"}});
   EXPECT_NE(junk.status().message().find("WORLD_SIZE='two'"), std::string::npos);
+}
+
+// What a launcher writes is what a rank reads back, also for torchrun readers.
+TEST(LaunchEnv, VariablesReadBack) {
+  LaunchEnv written;
+  written.rank = 5;
+  written.world_size = 8;
+  written.local_rank = 1;
+  written.local_world_size = 4;
+  written.store_host = "10.0.0.1";
+  written.store_port = 29500;
+  written.store_hosted_by_launcher = true;
+  written.store_secret = "s3cret";
+  std::map<std::string, std::string> vars;
+  for (const auto& [name, value] : LaunchEnvVariables(written)) vars[name] = value;
+  auto read = FromMap(vars);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->launcher, "tpx");
+  EXPECT_EQ(read->rank, 5);
+  EXPECT_EQ(read->world_size, 8);
+  EXPECT_EQ(read->local_rank, 1);
+  EXPECT_EQ(read->local_world_size, 4);
+  EXPECT_EQ(read->store_host, "10.0.0.1");
+  EXPECT_EQ(read->store_port, 29500);
+  EXPECT_TRUE(read->store_hosted_by_launcher);
+  EXPECT_EQ(read->store_secret, "s3cret");
+  EXPECT_EQ(vars["RANK"], "5");
+  EXPECT_EQ(vars["LOCAL_WORLD_SIZE"], "4");
+  written.store_hosted_by_launcher = false;
+  written.store_secret = "";
+  vars.clear();
+  for (const auto& [name, value] : LaunchEnvVariables(written)) vars[name] = value;
+  EXPECT_EQ(vars.count("TPX_STORE_SECRET"), 0u);
+  EXPECT_FALSE(FromMap(vars)->store_hosted_by_launcher);
+}
+
+TEST(LaunchEnv, StartedByLauncherSeesEveryLaunchersRank) {
+  auto started = [](const std::map<std::string, std::string>& vars) {
+    return StartedByLauncher(MapLookup(vars));
+  };
+  EXPECT_FALSE(started({}));
+  EXPECT_FALSE(started({{"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}));
+  for (const char* rank : {"TPX_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}) {
+    EXPECT_TRUE(started({{rank, "0"}})) << rank;
+  }
 }
 
 TEST(Init, BackendAndTimeoutResolution) {

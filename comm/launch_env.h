@@ -19,11 +19,18 @@
 // connects). TPX_STORE_SECRET is the job's store secret (tpxrun generates
 // one; every rank and the store host must see the same). Errors name the
 // variable and its value.
+//
+// Launchers write the same names with LaunchEnvVariables (launch/ builds
+// every tpx launcher on it), so reader and writers cannot drift apart:
+//
+//   for (const auto& [name, value] : LaunchEnvVariables(place)) setenv(...);
 #ifndef TPX_COMM_LAUNCH_ENV_H_
 #define TPX_COMM_LAUNCH_ENV_H_
 
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -46,6 +53,17 @@ using EnvLookup = std::function<const char*(const char*)>;
 
 absl::StatusOr<LaunchEnv> ReadLaunchEnv(const EnvLookup& env);
 absl::StatusOr<LaunchEnv> ReadLaunchEnv();  // from the process environment
+
+// The variables that make ReadLaunchEnv read `env` back (launcher "tpx"):
+// tpx's own names, the store's, and torchrun's names for programs that read
+// those (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT). TPX_STORE_SECRET only when env.store_secret is set.
+std::vector<std::pair<std::string, std::string>> LaunchEnvVariables(const LaunchEnv& env);
+
+// Whether a launcher (tpxrun, torchrun, mpirun, srun) gave this process a
+// rank, i.e. whether a rank variable of any launcher above is set.
+bool StartedByLauncher(const EnvLookup& env);
+bool StartedByLauncher();  // from the process environment
 
 }  // namespace tpx::comm
 

@@ -1,11 +1,8 @@
 #include "testing/multiprocess.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
-#include <sys/prctl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,6 +17,7 @@
 #include "comm/tcp_store.h"
 #include "gtest/gtest-spi.h"
 #include "gtest/gtest.h"
+#include "launch/rank_processes.h"
 
 namespace tpx::testing {
 
@@ -54,14 +52,11 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
   return out;
 }
 
-// Runs in the forked child; never returns.
-[[noreturn]] void RunRank(int rank, int size, int port, int result_fd, pid_t harness,
+// Runs in the forked rank (launch::RankProcesses: it dies with the harness,
+// which hosts its store); never returns.
+[[noreturn]] void RunRank(int rank, int size, int port, int result_fd,
                           const std::function<void(RankContext&)>& body,
                           const RunOptions& options) {
-  // A rank never outlives the harness (a test killed on timeout), which
-  // hosts its store and reaps it.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != harness) ::_exit(1);
   auto fail = [&](const std::string& message) {
     WriteAll(result_fd, message + std::string(1, '\0'));
     ::_exit(1);
@@ -154,86 +149,30 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
     ADD_FAILURE() << "cannot host the test store: " << server.status();
     return outcomes;
   }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::vector<pid_t> pids(world_size, -1);
-  const pid_t harness = ::getpid();
-  std::vector<int> pipes(world_size, -1);
+  launch::RankProcesses ranks;
   for (int r = 0; r < world_size; ++r) {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) {
-      ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    absl::Status forked = ranks.Fork(r, [&, r](int result_fd) -> int {
+      RunRank(r, world_size, (*server)->port(), result_fd, body, options);
+    });
+    if (!forked.ok()) {
+      ADD_FAILURE() << forked;
       break;
     }
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      for (int q = 0; q < r; ++q) ::close(pipes[q]);
-      RunRank(r, world_size, (*server)->port(), fds[1], harness, body, options);
-    }
-    ::close(fds[1]);
-    if (pid < 0) {
-      ::close(fds[0]);
-      ADD_FAILURE() << "fork: " << std::strerror(errno);
-      break;
-    }
-    pids[r] = pid;
-    pipes[r] = fds[0];
-    ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
   }
   // Only now may this process start threads (the store server).
   if (!(*server)->Start().ok()) ADD_FAILURE() << "cannot start the test store";
 
-  std::vector<std::string> raw(world_size);
-  const absl::Time deadline = absl::Now() + options.deadline;
-  int running = 0;
-  for (pid_t pid : pids) running += pid > 0;
-  while (running > 0) {
-    std::vector<pollfd> fds;
-    for (int r = 0; r < world_size; ++r) {
-      if (pipes[r] >= 0) fds.push_back({pipes[r], POLLIN, 0});
-    }
-    ::poll(fds.data(), fds.size(), 20);  // also paces the waitpid loop
-    for (int r = 0; r < world_size; ++r) {
-      if (pipes[r] < 0) continue;
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::read(pipes[r], buf, sizeof(buf))) > 0) raw[r].append(buf, n);
-      if (n == 0) {
-        ::close(pipes[r]);
-        pipes[r] = -1;
-      }
-    }
-    for (int r = 0; r < world_size; ++r) {
-      if (pids[r] <= 0) continue;
-      int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        if (WIFEXITED(status)) outcomes[r].exit_code = WEXITSTATUS(status);
-        if (WIFSIGNALED(status)) outcomes[r].signal = WTERMSIG(status);
-        pids[r] = -1;
-        --running;
-      }
-    }
-    if (running > 0 && absl::Now() > deadline) {
-      for (int r = 0; r < world_size; ++r) {
-        if (pids[r] <= 0) continue;
-        ::kill(pids[r], SIGKILL);
-        ::waitpid(pids[r], nullptr, 0);
-        outcomes[r].timed_out = true;
-        pids[r] = -1;
-        --running;
-      }
-    }
-  }
-  for (int r = 0; r < world_size; ++r) {
-    if (pipes[r] >= 0) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::read(pipes[r], buf, sizeof(buf))) > 0) raw[r].append(buf, n);
-      ::close(pipes[r]);
-    }
-    for (absl::string_view f : absl::StrSplit(raw[r], '\0', absl::SkipEmpty())) {
-      outcomes[r].failures.emplace_back(f);
+  // Every rank runs to its end (failure tests watch the survivors).
+  launch::SuperviseOptions supervise;
+  supervise.stop_on_failure = false;
+  supervise.deadline = options.deadline;
+  for (const launch::RankExit& exit : ranks.Supervise(supervise).ranks) {
+    RankOutcome& o = outcomes[exit.rank];
+    o.exit_code = exit.exit_code;
+    o.timed_out = exit.timed_out;
+    o.signal = exit.timed_out ? 0 : exit.signal;  // the deadline's SIGKILL is not the rank's
+    for (absl::string_view f : absl::StrSplit(exit.report, '\0', absl::SkipEmpty())) {
+      o.failures.emplace_back(f);
     }
   }
   for (int r = 0; r < world_size; ++r) {

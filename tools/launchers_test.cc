@@ -8,32 +8,16 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "testing/emulated_hosts.h"
+#include "testing/test_files.h"
 
 namespace tpx::testing {
 namespace {
-
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/tpx/", path);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string LogPath(const std::string& name) {
-  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name, ".log");
-}
 
 std::string FindMpirun() {
   for (const char* dir : {"/usr/bin", "/usr/local/bin"}) {

@@ -15,12 +15,11 @@
 #include "absl/time/clock.h"
 #include "comm/tcp_store.h"
 #include "gtest/gtest.h"
+#include "testing/test_files.h"
 
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/tpx/", path);
-}
+using ::tpx::testing::Runfile;
 
 struct Rank {
   pid_t pid = -1;

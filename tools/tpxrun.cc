@@ -13,7 +13,11 @@
 // k * nproc + r; every node needs the same TPX_STORE_SECRET in its
 // environment. Ranks start only once every node arrived; a node missing
 // after --rdzv_timeout seconds (default 300) is an error naming the missing
-// node ranks. Node 0 keeps the store up until every node's ranks finished.
+// node ranks. The nodes share the job's state through the store
+// (launch/node_group.h): when a rank fails on one node, every other node
+// stops its ranks within about a second, saying "the job failed on node k:
+// rank r exited with code c". Node 0 keeps the store up until every node
+// has left (at most 60 s after its own ranks finished, 15 s after a failure).
 //
 //   host-a$ tpxrun --nnodes 2 --node_rank 0 --nproc 4 --master_addr 10.0.0.1
 //                  --master_port 29500 -- ./my_trainer
@@ -21,36 +25,30 @@
 //                  --master_port 29500 -- ./my_trainer
 //
 // Exit status: 0 when every rank exits 0; otherwise that of the first rank
-// to fail (128 + signal number for a rank killed by a signal).
+// to fail (128 + signal number for a rank killed by a signal; across nodes,
+// the first failure the store recorded), or 128 + signal number when tpxrun
+// got SIGINT/SIGTERM.
 //
 // Each rank runs in its own process group (signals reach its children too)
 // and dies with tpxrun, even when tpxrun is killed with SIGKILL (parent-death
 // signal). The store admits only the job's ranks: tpxrun passes them a
 // random TPX_STORE_SECRET (or the one in its own environment).
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
+#include "comm/launch_env.h"
 #include "comm/tcp_store.h"
-
-extern char** environ;
+#include "launch/job_store.h"
+#include "launch/node_group.h"
+#include "launch/rank_processes.h"
 
 namespace {
 
@@ -150,96 +148,11 @@ bool ParseArgs(int argc, char** argv, Args* args) {
   return true;
 }
 
-// Self-pipe: the signal handler only writes the signal number.
-int g_signal_pipe[2] = {-1, -1};
-void OnSignal(int sig) {
-  unsigned char s = static_cast<unsigned char>(sig);
-  (void)!::write(g_signal_pipe[1], &s, 1);
-}
-
-// A rank's output stream: bytes in, prefixed complete lines out.
-struct Stream {
-  int fd = -1;
-  int rank = 0;
-  FILE* out = nullptr;
-  std::string partial;
-
-  void Emit(const char* data, size_t n) {
-    partial.append(data, n);
-    size_t start = 0, nl;
-    while ((nl = partial.find('\n', start)) != std::string::npos) {
-      std::fprintf(out, "[rank %d] %.*s\n", rank, static_cast<int>(nl - start),
-                   partial.data() + start);
-      start = nl + 1;
-    }
-    partial.erase(0, start);
-    std::fflush(out);
-  }
-  void Flush() {
-    if (!partial.empty()) {
-      std::fprintf(out, "[rank %d] %s\n", rank, partial.c_str());
-      partial.clear();
-      std::fflush(out);
-    }
-  }
-};
-
 // Picks a free port for a store rank 0 will host (a small race is accepted:
 // the port could be taken between now and rank 0's bind).
 int FreePort(const std::string& host) {
   auto server = tpx::comm::TcpStoreServer::Listen(host, 0);
   return server.ok() ? (*server)->port() : 0;
-}
-
-// Store keys of the node rendezvous.
-std::string NodeKey(int node) { return absl::StrCat("tpxrun/node/", node); }
-constexpr const char* kFinishedKey = "tpxrun/nodes_finished";
-
-// Announces this node and waits until all `nnodes` did; the error names the
-// node ranks still missing after `timeout`.
-absl::Status JoinNodes(tpx::comm::Store& store, int nnodes, int node_rank, absl::Duration timeout) {
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  absl::Status s = store.Set(NodeKey(node_rank), host);
-  if (!s.ok()) return s;
-  std::vector<std::string> keys;
-  for (int k = 0; k < nnodes; ++k) keys.push_back(NodeKey(k));
-  s = store.Wait(keys, timeout);
-  if (s.ok() || s.code() != absl::StatusCode::kDeadlineExceeded) return s;
-  std::vector<int> missing;
-  for (int k = 0; k < nnodes; ++k) {
-    auto there = store.Check(NodeKey(k));
-    if (!there.ok()) return there.status();
-    if (!*there) missing.push_back(k);
-  }
-  return absl::DeadlineExceededError(
-      absl::StrCat("node rank(s) ", absl::StrJoin(missing, ", "), " of ", nnodes,
-                   " never joined within ", absl::FormatDuration(timeout),
-                   " (is tpxrun running there with the same --master_addr/--master_port?)"));
-}
-
-// Multi-node: says this node's ranks finished; node 0 (the store host) then
-// waits, bounded, for the other nodes so that their ranks keep the store.
-void LeaveNodes(tpx::comm::Store& store, int nnodes, int node_rank) {
-  if (!store.Add(kFinishedKey, 1).ok() || node_rank != 0) return;
-  const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < give_up) {
-    auto n = store.Add(kFinishedKey, 0);
-    if (!n.ok() || *n >= nnodes) return;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  std::fprintf(stderr, "tpxrun: not every node finished within 60s; closing the store\n");
-}
-
-// The job's store secret: TPX_STORE_SECRET if set, else a random one.
-std::string JobSecret() {
-  if (const char* s = std::getenv("TPX_STORE_SECRET"); s != nullptr && s[0] != '\0') return s;
-  absl::StatusOr<std::string> secret = tpx::comm::NewStoreSecret();
-  if (!secret.ok()) {
-    std::fprintf(stderr, "tpxrun: %s\n", std::string(secret.status().message()).c_str());
-    std::exit(1);
-  }
-  return *secret;
 }
 
 }  // namespace
@@ -250,6 +163,10 @@ int main(int argc, char** argv) {
     Usage();
     return 2;
   }
+  auto fail = [](const std::string& message) {
+    std::fprintf(stderr, "tpxrun: %s\n", message.c_str());
+    return 1;
+  };
 
   if (args.nnodes > 1 && std::getenv("TPX_STORE_SECRET") == nullptr) {
     // A secret made up here would differ on every node.
@@ -257,186 +174,74 @@ int main(int argc, char** argv) {
                  "(e.g. from `openssl rand -hex 16`)\n", args.nnodes);
     return 2;
   }
-  const std::string secret = JobSecret();
+  absl::StatusOr<std::string> secret = tpx::launch::JobStoreSecret();
+  if (!secret.ok()) return fail(std::string(secret.status().message()));
   std::unique_ptr<tpx::comm::TcpStoreServer> server;
   int port = args.master_port;
   if (args.store_on_rank0) {
     if (port == 0) port = FreePort(args.master_addr);
   } else if (args.node_rank == 0) {  // other nodes use node 0's store
-    tpx::comm::TcpStoreServerOptions store_options;
-    store_options.secret = secret;
-    auto listening = tpx::comm::TcpStoreServer::Listen(args.master_addr, port, store_options);
-    if (!listening.ok()) {
-      std::fprintf(stderr, "tpxrun: %s\n", std::string(listening.status().message()).c_str());
-      return 1;
-    }
+    auto listening = tpx::launch::ListenForJob(args.master_addr, port, *secret);
+    if (!listening.ok()) return fail(std::string(listening.status().message()));
     server = std::move(*listening);
     port = server->port();
-    if (!server->Start().ok()) return 1;
+    // Serving before the ranks fork: other nodes join through it first.
+    if (absl::Status s = server->Start(); !s.ok()) return fail(std::string(s.message()));
   }
 
-  std::unique_ptr<tpx::comm::TcpStore> node_store;
+  std::unique_ptr<tpx::launch::NodeGroup> nodes;
   if (args.nnodes > 1) {
     const absl::Duration timeout = absl::Seconds(args.rdzv_timeout_s);
-    auto connected = tpx::comm::TcpStore::Connect(args.master_addr, port, timeout, secret);
-    absl::Status joined = connected.ok() ? JoinNodes(**connected, args.nnodes, args.node_rank, timeout)
-                                         : connected.status();
+    tpx::launch::NodeGroup::Options options;
+    options.log_prefix = "tpxrun: ";
+    auto store = tpx::comm::TcpStore::Connect(args.master_addr, port, timeout, *secret);
+    auto joined = store.ok() ? tpx::launch::NodeGroup::Join(std::move(*store), args.nnodes,
+                                                            args.node_rank, timeout, options)
+                             : store.status();
     if (!joined.ok()) {
-      std::fprintf(stderr, "tpxrun: node %d of %d: %s\n", args.node_rank, args.nnodes,
-                   std::string(joined.message()).c_str());
-      return 1;
+      return fail(absl::StrCat("node ", args.node_rank, " of ", args.nnodes, ": ",
+                               joined.status().message()));
     }
-    node_store = std::move(*connected);
+    nodes = std::move(*joined);
   }
 
-  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 1;
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
-  // Everything a child needs is prepared before fork (the store thread runs).
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e != nullptr; ++e) base_env.push_back(*e);
-  std::vector<char*> argv_child;
-  for (std::string& c : args.command) argv_child.push_back(c.data());
-  argv_child.push_back(nullptr);
-
-  const int n = args.nproc;
-  const int world = n * args.nnodes;
-  const int rank0 = n * args.node_rank;  // global rank of local rank 0
-  std::vector<pid_t> pids(n, -1);
-  std::vector<Stream> streams;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::string> env = base_env;
-    auto put = [&](const std::string& k, const std::string& v) { env.push_back(k + "=" + v); };
-    put("TPX_RANK", absl::StrCat(rank0 + r));
-    put("TPX_WORLD_SIZE", absl::StrCat(world));
-    put("TPX_LOCAL_RANK", absl::StrCat(r));
-    put("TPX_LOCAL_WORLD_SIZE", absl::StrCat(n));
-    put("TPX_STORE_ADDR", args.master_addr);
-    put("TPX_STORE_PORT", absl::StrCat(port));
-    put("TPX_STORE_HOSTED", server || args.nnodes > 1 ? "1" : "0");
-    put("TPX_STORE_SECRET", secret);
-    put("RANK", absl::StrCat(rank0 + r));
-    put("WORLD_SIZE", absl::StrCat(world));
-    put("LOCAL_RANK", absl::StrCat(r));
-    put("LOCAL_WORLD_SIZE", absl::StrCat(n));
-    put("MASTER_ADDR", args.master_addr);
-    put("MASTER_PORT", absl::StrCat(port));
+  ::signal(SIGPIPE, SIG_IGN);  // a closed terminal must not kill the launcher
+  tpx::launch::RankProcesses ranks({.own_process_group = true, .prefix_output = true});
+  tpx::comm::LaunchEnv place;
+  place.world_size = args.nproc * args.nnodes;
+  place.local_world_size = args.nproc;
+  place.store_host = args.master_addr;
+  place.store_port = port;
+  place.store_hosted_by_launcher = server != nullptr || args.nnodes > 1;
+  place.store_secret = *secret;
+  for (int r = 0; r < args.nproc; ++r) {
+    place.rank = args.nproc * args.node_rank + r;
+    place.local_rank = r;
+    tpx::launch::RankEnv env = tpx::launch::RankEnv::For(place);
     // All ranks are local: keep UCX off the machine's network interfaces
     // unless the user chose devices.
-    if (args.nnodes == 1 && std::getenv("UCX_NET_DEVICES") == nullptr) {
-      put("UCX_NET_DEVICES", "lo");
+    if (args.nnodes == 1) env.defaults = {{"UCX_NET_DEVICES", "lo"}};
+    if (absl::Status s = ranks.Exec(place.rank, args.command, env); !s.ok()) {
+      // The ranks started so far die with `ranks`; other nodes must stop theirs.
+      const tpx::launch::JobStop why{1, std::string(s.message())};
+      if (nodes != nullptr) {
+        nodes->ReportStop(why);
+        nodes->Leave(why);
+      }
+      return fail(why.reason);
     }
-    std::vector<char*> envp;
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-
-    int out_pipe[2], err_pipe[2];
-    if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
-      std::perror("tpxrun: pipe");
-      return 1;
-    }
-    const pid_t launcher = ::getpid();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::setpgid(0, 0);  // its own group: signals reach the rank's children too
-      // Die with tpxrun, also when it is SIGKILLed (the setting survives
-      // exec). tpxrun may have died before prctl: then we are orphaned already.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher) ::_exit(128 + SIGKILL);
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      ::dup2(err_pipe[1], STDERR_FILENO);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      ::sigaction(SIGINT, &dfl, nullptr);
-      ::sigaction(SIGTERM, &dfl, nullptr);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::execvpe(argv_child[0], argv_child.data(), envp.data());
-      const char msg[] = "tpxrun: cannot execute the program\n";
-      (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-      ::_exit(127);
-    }
-    ::close(out_pipe[1]);
-    ::close(err_pipe[1]);
-    if (pid < 0) {
-      std::perror("tpxrun: fork");
-      return 1;
-    }
-    ::setpgid(pid, pid);
-    ::fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
-    ::fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
-    pids[r] = pid;
-    streams.push_back({out_pipe[0], rank0 + r, stdout, ""});
-    streams.push_back({err_pipe[0], rank0 + r, stderr, ""});
   }
 
-  int exit_code = 0;
-  int running = n;
-  int first_failed = -1;
-  absl::Time kill_at = absl::InfiniteFuture();
-  auto signal_all = [&](int sig) {
-    for (pid_t pid : pids) {
-      if (pid > 0) ::kill(-pid, sig);
-    }
-  };
-  while (running > 0 || std::any_of(streams.begin(), streams.end(),
-                                     [](const Stream& s) { return s.fd >= 0; })) {
-    std::vector<pollfd> fds;
-    fds.push_back({g_signal_pipe[0], POLLIN, 0});
-    for (Stream& s : streams) {
-      if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
-    }
-    ::poll(fds.data(), fds.size(), 50);
-    unsigned char sig;
-    while (::read(g_signal_pipe[0], &sig, 1) == 1) {
-      std::fprintf(stderr, "tpxrun: got signal %d, forwarding to all ranks\n", sig);
-      signal_all(sig);
-      if (exit_code == 0) exit_code = 128 + sig;
-      kill_at = std::min(kill_at, absl::Now() + absl::Seconds(10));
-    }
-    for (Stream& s : streams) {
-      if (s.fd < 0) continue;
-      char buf[65536];
-      ssize_t got = ::read(s.fd, buf, sizeof(buf));
-      if (got > 0) {
-        s.Emit(buf, got);
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        s.Flush();
-        ::close(s.fd);
-        s.fd = -1;
-      }
-    }
-    for (int r = 0; r < n; ++r) {
-      if (pids[r] <= 0) continue;
-      int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) != pids[r]) continue;
-      pids[r] = -1;
-      --running;
-      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code != 0 && first_failed < 0) {
-        first_failed = r;
-        if (exit_code == 0) exit_code = code;
-        if (WIFSIGNALED(status)) {
-          std::fprintf(stderr, "tpxrun: rank %d was killed by signal %d (%s)", rank0 + r,
-                       WTERMSIG(status), strsignal(WTERMSIG(status)));
-        } else {
-          std::fprintf(stderr, "tpxrun: rank %d exited with code %d", rank0 + r, code);
-        }
-        if (running > 0) std::fprintf(stderr, "; stopping the other ranks");
-        std::fprintf(stderr, "\n");
-        signal_all(SIGTERM);
-        kill_at = std::min(kill_at, absl::Now() + absl::Seconds(5));
-      }
-    }
-    if (running > 0 && absl::Now() >= kill_at) {
-      signal_all(SIGKILL);
-      kill_at = absl::InfiniteFuture();
-    }
+  tpx::launch::SuperviseOptions supervise;
+  supervise.forward_signals = true;
+  supervise.log_prefix = "tpxrun: ";
+  if (nodes != nullptr) {
+    nodes->StartWatching();
+    supervise.should_stop = [&] { return nodes->StopRequest(); };
+    supervise.on_stop = [&](const tpx::launch::JobStop& why) { nodes->ReportStop(why); };
   }
-  if (node_store != nullptr) LeaveNodes(*node_store, args.nnodes, args.node_rank);
-  return exit_code;
+  tpx::launch::JobResult result = ranks.Supervise(supervise);
+  if (nodes == nullptr) return result.exit_code();
+  std::optional<tpx::launch::JobStop> job = nodes->Leave(result.failure);
+  return job.has_value() ? job->exit_code : 0;
 }

@@ -18,12 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "testing/test_files.h"
 
 namespace {
 
-std::string Runfile(const std::string& path) {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/tpx/", path);
-}
+using ::tpx::testing::Runfile;
 
 struct Result {
   int exit_code;

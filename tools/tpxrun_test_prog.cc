@@ -1,6 +1,9 @@
 // Test program run under tpxrun by tpxrun_test:
 //   env       print the rank layout this process sees
 //   fail R    rank R exits with code 3 at once; the others sleep long
+//   kill R    rank R dies of SIGKILL at once; the others sleep long
+//   wait_file P  node 0's ranks (rank < local world size) wait, at most
+//             60 s, for file P to exist and exit 0; the others exit 0 at once
 //   sleep     every rank prints "pid=<pid>" and sleeps long (signals, orphans)
 //   secret    print the store secret this rank was given
 //   die0      all-reduce once, then rank 0 dies (SIGKILL) and the others keep
@@ -33,6 +36,16 @@ int main(int argc, char** argv) {
     if (env->rank == std::atoi(argv[2])) return 3;
     ::sleep(120);
     return 0;
+  }
+  if (mode == "kill") {
+    if (env->rank == std::atoi(argv[2])) ::raise(SIGKILL);
+    ::sleep(120);
+    return 0;
+  }
+  if (mode == "wait_file") {
+    if (env->rank >= env->local_world_size) return 0;
+    for (int i = 0; i < 6000 && ::access(argv[2], F_OK) != 0; ++i) ::usleep(10000);
+    return ::access(argv[2], F_OK) == 0 ? 0 : 4;
   }
   if (mode == "sleep") {
     std::printf("pid=%d\n", static_cast<int>(::getpid()));

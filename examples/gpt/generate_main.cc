@@ -28,9 +28,9 @@
 #include "core/status_macros.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/generator.h"
-#include "examples/gpt/launch.h"
 #include "examples/gpt/model.h"
 #include "examples/gpt/model_flags.h"
+#include "examples/gpt/program.h"
 #include "examples/gpt/sampling_flags.h"
 #include "parallel/parallel_state.h"
 #include "rng/tracker.h"
@@ -68,10 +68,7 @@ absl::Status RankMain() {
 
   TPX_ASSIGN_OR_RETURN(GptConfig config, GptConfigFromFlags());
   TPX_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> model, GptModel::Create(tp, config));
-  std::string load = absl::GetFlag(FLAGS_load);
-  // Under `bazel run`, a relative path means the caller's directory.
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (!load.empty() && load[0] != '/' && wd != nullptr) load = absl::StrCat(wd, "/", load);
+  const std::string load = UserPath(absl::GetFlag(FLAGS_load));
   if (!load.empty()) {
     // Checkpoints hold f32 weights (a bf16 run saves its f32 masters): a
     // bf16 model loads them into f32 copies and rounds them into its own.
@@ -137,21 +134,10 @@ absl::Status RankMain() {
   return absl::OkStatus();
 }
 
-int RankMainExitCode() {
-  absl::Status s = RankMain();
-  if (!s.ok()) {
-    std::fprintf(stderr, "generate: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 }  // namespace tpx::gpt
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (tpx::gpt::LaunchedByLauncher()) return tpx::gpt::RankMainExitCode();
-  return tpx::gpt::RunLocalRanks(std::max(absl::GetFlag(FLAGS_nproc), 1),
-                                 tpx::gpt::RankMainExitCode);
+  return tpx::gpt::RunProgram("generate", absl::GetFlag(FLAGS_nproc), tpx::gpt::RankMain);
 }

@@ -27,8 +27,8 @@
 #include "core/status_macros.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/flag_checks.h"
-#include "examples/gpt/launch.h"
 #include "examples/gpt/model_flags.h"
+#include "examples/gpt/program.h"
 #include "examples/gpt/sampling_flags.h"
 #include "examples/gpt/trainer.h"
 
@@ -85,12 +85,6 @@ std::string FindData() {
     if (std::ifstream(c).good()) return c;
   }
   return kBundledText;
-}
-
-std::string UserPath(const std::string& path) {
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-  if (path.empty() || path[0] == '/' || wd == nullptr) return path;
-  return absl::StrCat(wd, "/", path);
 }
 
 std::string Clock(double s) {
@@ -246,15 +240,6 @@ absl::Status CheckTrainFlags() {
   return absl::OkStatus();
 }
 
-int RankMainExitCode() {
-  absl::Status s = RankMain();
-  if (!s.ok()) {
-    std::fprintf(stderr, "train: %s\n", s.ToString().c_str());
-    return 1;
-  }
-  return 0;
-}
-
 }  // namespace
 }  // namespace tpx::gpt
 
@@ -264,7 +249,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  const int nproc = absl::GetFlag(FLAGS_nproc);
-  if (tpx::gpt::LaunchedByLauncher()) return tpx::gpt::RankMainExitCode();
-  return tpx::gpt::RunLocalRanks(std::max(nproc, 1), tpx::gpt::RankMainExitCode);
+  return tpx::gpt::RunProgram("train", absl::GetFlag(FLAGS_nproc), tpx::gpt::RankMain);
 }
