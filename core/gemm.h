@@ -11,6 +11,10 @@
 // library kernel on this CPU: they are widened to f32 scratch copies and run
 // on the f32 path (f16 C is rounded once at the end).
 //
+// GemmBatched runs a strided batch of equal-shaped products as one library
+// call, so many small ones (attention's per-head products) share one
+// primitive and one thread team instead of paying per-call overhead each.
+//
 // Threads: SetGemmThreads(n) applies to all later calls from any thread;
 // the default is the TPX_NUM_THREADS environment variable if set, else all
 // cores.
@@ -34,6 +38,15 @@ namespace tpx {
 absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
                   float beta, DType c_dtype, void* c, int64_t ldc);
+
+// For i in [0, batch): C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
+// A_i = a + i * stride_a elements (likewise B_i, C_i) and each product is as
+// in Gemm. The C_i must not overlap (stride_c >= (m - 1) * ldc + n).
+// Errors: as Gemm, plus batch < 0, negative strides or overlapping C.
+absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, DType ab_dtype, const void* a, int64_t lda,
+                         int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+                         float beta, DType c_dtype, void* c, int64_t ldc, int64_t stride_c);
 
 // Number of threads GEMMs use (>= 1). Thread-safe.
 void SetGemmThreads(int threads);

@@ -123,6 +123,91 @@ TEST(GemmTest, RejectsBadArguments) {
   EXPECT_NE(std::string(ld.message()).find("lda=3"), std::string::npos) << ld;
 }
 
+// Every transpose, padded leading dims, padded batch strides, alpha/beta,
+// f32 and bf16 inputs: each product matches the single-product reference and
+// the padding between products is untouched.
+TEST(GemmTest, BatchedMatchesPerProductReference) {
+  const int64_t batch = 5, m = 6, n = 7, k = 9;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+        const int64_t sa = (ta ? k : m) * lda + 4, sb = (tb ? n : k) * ldb + 1;
+        const int64_t sc = m * ldc + 5;
+        std::vector<float> a = Random(batch * sa, 30), b = Random(batch * sb, 31);
+        std::vector<uint16_t> a16(a.size()), b16(b.size());
+        for (size_t i = 0; i < a.size(); ++i) a[i] = BF16ToFloat(a16[i] = FloatToBF16(a[i]));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = BF16ToFloat(b16[i] = FloatToBF16(b[i]));
+        const void* pa = dt == DType::kF32 ? static_cast<const void*>(a.data()) : a16.data();
+        const void* pb = dt == DType::kF32 ? static_cast<const void*>(b.data()) : b16.data();
+        std::vector<float> c(batch * sc, 1.0f);
+        ASSERT_TRUE(GemmBatched(batch, ta, tb, m, n, k, 2.0f, dt, pa, lda, sa, pb, ldb, sb, 0.5f,
+                                DType::kF32, c.data(), ldc, sc)
+                        .ok());
+        for (int64_t p = 0; p < batch; ++p) {
+          std::vector<float> ap(a.begin() + p * sa, a.begin() + (p + 1) * sa);
+          std::vector<float> bp(b.begin() + p * sb, b.begin() + (p + 1) * sb);
+          std::vector<double> ref = Reference(ta, tb, m, n, k, ap, lda, bp, ldb);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const float got = c[p * sc + i * ldc + j];
+              if (j < n) {
+                EXPECT_NEAR(got, 2.0 * ref[i * n + j] + 0.5, 1e-4)
+                    << DTypeName(dt) << " ta=" << ta << " tb=" << tb << " product " << p;
+              } else {
+                EXPECT_EQ(got, 1.0f) << "padding written";
+              }
+            }
+          }
+          for (int64_t j = m * ldc; j < sc; ++j) EXPECT_EQ(c[p * sc + j], 1.0f) << "gap written";
+        }
+      }
+    }
+  }
+}
+
+// A shared B (stride 0) and f16 inputs take the per-product path.
+TEST(GemmTest, BatchedSharedOperandAndF16) {
+  const int64_t batch = 3, m = 4, n = 5, k = 6;
+  std::vector<float> a = Random(batch * m * k, 40), b = Random(k * n, 41);
+  std::vector<float> c(batch * m * n);
+  ASSERT_TRUE(GemmBatched(batch, false, false, m, n, k, 1.0f, DType::kF32, a.data(), k, m * k,
+                          b.data(), n, 0, 0.0f, DType::kF32, c.data(), n, m * n)
+                  .ok());
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = F16ToFloat(a16[i] = FloatToF16(a[i]));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = F16ToFloat(b16[i] = FloatToF16(b[i]));
+  std::vector<float> c16(batch * m * n);
+  ASSERT_TRUE(GemmBatched(batch, false, false, m, n, k, 1.0f, DType::kF16, a16.data(), k, m * k,
+                          b16.data(), n, 0, 0.0f, DType::kF32, c16.data(), n, m * n)
+                  .ok());
+  for (int64_t p = 0; p < batch; ++p) {
+    std::vector<float> ap(a.begin() + p * m * k, a.begin() + (p + 1) * m * k);
+    std::vector<double> ref = Reference(false, false, m, n, k, ap, k, b, n);
+    for (int64_t i = 0; i < m * n; ++i) {
+      EXPECT_NEAR(c16[p * m * n + i], ref[i], 1e-4) << "f16 product " << p;
+      EXPECT_NEAR(c[p * m * n + i], ref[i], 5e-3) << "f32 product " << p;
+    }
+  }
+}
+
+TEST(GemmTest, BatchedRejectsBadArguments) {
+  float x = 0;
+  absl::Status overlap = GemmBatched(2, false, false, 2, 2, 2, 1, DType::kF32, &x, 2, 4, &x, 2, 4,
+                                     0, DType::kF32, &x, 2, 3);
+  EXPECT_NE(std::string(overlap.message()).find("C stride 3"), std::string::npos) << overlap;
+  EXPECT_FALSE(GemmBatched(-1, false, false, 2, 2, 2, 1, DType::kF32, &x, 2, 4, &x, 2, 4, 0,
+                           DType::kF32, &x, 2, 4)
+                   .ok());
+  absl::Status ld = GemmBatched(2, false, false, 2, 3, 4, 1, DType::kF32, &x, 3, 8, &x, 3, 12, 0,
+                                DType::kF32, &x, 3, 6);
+  EXPECT_NE(std::string(ld.message()).find("GemmBatched: leading dims lda=3"), std::string::npos)
+      << ld;
+  EXPECT_TRUE(GemmBatched(0, false, false, 2, 2, 2, 1, DType::kF32, nullptr, 2, 4, nullptr, 2, 4,
+                          0, DType::kF32, nullptr, 2, 4)
+                  .ok());
+}
+
 // Same-shape GEMMs from several threads at once (one cached primitive) give
 // the same results as sequential ones.
 TEST(GemmTest, ConcurrentCallsFromManyThreads) {

@@ -144,4 +144,14 @@ absl::Status CpuDeviceKernels::Gemm(int, bool trans_a, bool trans_b, int64_t m, 
                    ldc);
 }
 
+absl::Status CpuDeviceKernels::GemmBatched(int, int64_t batch, bool trans_a, bool trans_b,
+                                           int64_t m, int64_t n, int64_t k, float alpha,
+                                           DType ab_dtype, const void* a, int64_t lda,
+                                           int64_t stride_a, const void* b, int64_t ldb,
+                                           int64_t stride_b, float beta, DType c_dtype, void* c,
+                                           int64_t ldc, int64_t stride_c) {
+  return tpx::GemmBatched(batch, trans_a, trans_b, m, n, k, alpha, ab_dtype, a, lda, stride_a, b,
+                          ldb, stride_b, beta, c_dtype, c, ldc, stride_c);
+}
+
 }  // namespace tpx::cpu
