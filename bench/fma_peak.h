@@ -20,8 +20,9 @@ struct FmaPeak {
   double bf16_gflops = 0;   // bf16 products, f32 accumulation; 0 when unsupported
 };
 
-// Best of a few short rounds (a peak is a maximum, and the host may be
-// shared), each `threads` threads running the chain concurrently.
+// `threads` threads run the chain at once; each keeps its best of many
+// short rounds (a peak is a maximum, and the host may be shared) and the
+// result is the sum of those bests.
 FmaPeak MeasureFmaPeak(int threads);
 
 }  // namespace tpx::bench
