@@ -28,6 +28,12 @@ absl::Status NotOnThisDevice(const char* kernel) {
 
 }  // namespace
 
+absl::Status DeviceKernels::GemmBias(int, bool, bool, int64_t, int64_t, int64_t, DType,
+                                     const void*, int64_t, const void*, int64_t, const void*,
+                                     void*, int64_t) {
+  return absl::UnimplementedError("GemmBias: no fused-bias GEMM on this device");
+}
+
 absl::Status DeviceKernels::GemmBatched(int index, int64_t batch, bool trans_a, bool trans_b,
                                         int64_t m, int64_t n, int64_t k, float alpha,
                                         DType ab_dtype, const void* a, int64_t lda,

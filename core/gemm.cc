@@ -59,15 +59,16 @@ struct MatmulKey {
   DType ab_dtype, c_dtype;
   float alpha, beta;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  bool bias = false;  // a [n] bias in c_dtype added to every row (2-D only)
   auto Tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta,
-                    batch, stride_a, stride_b, stride_c);
+                    batch, stride_a, stride_b, stride_c, bias);
   }
   bool operator<(const MatmulKey& o) const { return Tie() < o.Tie(); }
 };
 
 struct MatmulDescs {
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, bias;
 };
 
 // Row-major op(A) [m, k]: A is stored [m, k] (strides {lda, 1}) or [k, m]
@@ -84,9 +85,12 @@ MatmulDescs DescsOf(const MatmulKey& key) {
     }
     return dnnl::memory::desc(shape, ToDnnl(dtype), strides);
   };
-  return {desc(key.m, key.k, key.trans_a, key.lda, key.stride_a, key.ab_dtype),
-          desc(key.k, key.n, key.trans_b, key.ldb, key.stride_b, key.ab_dtype),
-          desc(key.m, key.n, false, key.ldc, key.stride_c, key.c_dtype)};
+  MatmulDescs md{desc(key.m, key.k, key.trans_a, key.lda, key.stride_a, key.ab_dtype),
+                 desc(key.k, key.n, key.trans_b, key.ldb, key.stride_b, key.ab_dtype),
+                 desc(key.m, key.n, false, key.ldc, key.stride_c, key.c_dtype),
+                 {}};
+  if (key.bias) md.bias = dnnl::memory::desc(dims{1, key.n}, ToDnnl(key.c_dtype), dims{key.n, 1});
+  return md;
 }
 
 dnnl::engine& CpuEngine() {
@@ -121,7 +125,8 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::desc desc(md.a, md.b, md.c);
+  dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(md.a, md.b, md.bias, md.c)
+                                     : dnnl::matmul::desc(md.a, md.b, md.c);
   dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
   CachedMatmul entry{dnnl::matmul(pd), pd.scratchpad_desc()};
   std::lock_guard<std::mutex> lock(mu);
@@ -130,7 +135,8 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
   return entry;
 }
 
-absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void* c) {
+absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void* c,
+                       const void* bias = nullptr) {
   try {
     CachedMatmul mm = GetMatmul(key);
     const MatmulDescs md = DescsOf(key);
@@ -138,6 +144,9 @@ absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void*
         {DNNL_ARG_SRC, dnnl::memory(md.a, CpuEngine(), const_cast<void*>(a))},
         {DNNL_ARG_WEIGHTS, dnnl::memory(md.b, CpuEngine(), const_cast<void*>(b))},
         {DNNL_ARG_DST, dnnl::memory(md.c, CpuEngine(), c)}};
+    if (key.bias) {
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(md.bias, CpuEngine(), const_cast<void*>(bias)));
+    }
     const size_t scratch_bytes = mm.scratchpad.get_size();
     // Uninitialised (the library writes before reading), from the caching
     // allocator so repeated GEMMs reuse mapped pages.
@@ -251,6 +260,27 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta};
   return RunMatmul(key, a, b, c);
+}
+
+absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                      const void* bias, void* c, int64_t ldc) {
+  TPX_RETURN_IF_ERROR(CheckGemmArgs("GemmBias", trans_a, trans_b, m, n, k, ab_dtype, lda, ldb,
+                                    ab_dtype, ldc));
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (ab_dtype == DType::kF16 || k == 0) {
+    // Gemm's special paths: seed every row with the bias, accumulate onto it.
+    const size_t row_bytes = static_cast<size_t>(n) * SizeOf(ab_dtype);
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(static_cast<char*>(c) + r * ldc * SizeOf(ab_dtype), bias, row_bytes);
+    }
+    return Gemm(trans_a, trans_b, m, n, k, 1.0f, ab_dtype, a, lda, b, ldb, 1.0f, ab_dtype, c,
+                ldc);
+  }
+  ApplyThreads();
+  MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
+  key.bias = true;
+  return RunMatmul(key, a, b, c, bias);
 }
 
 absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n,

@@ -11,6 +11,8 @@
 // library kernel on this CPU: they are widened to f32 scratch copies and run
 // on the f32 path (f16 C is rounded once at the end).
 //
+// GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
+// output is written once instead of seeded with the bias and read back.
 // GemmBatched runs a strided batch of equal-shaped products as one library
 // call, so many small ones (attention's per-head products) share one
 // primitive and one thread team instead of paying per-call overhead each.
@@ -38,6 +40,13 @@ namespace tpx {
 absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
                   float beta, DType c_dtype, void* c, int64_t ldc);
+
+// Row-major C[m, n] = op(A) @ op(B) + bias, where bias[n] is added to every
+// row; bias and C have A's dtype (f32, bf16 or f16), accumulation is f32.
+// Errors: as Gemm.
+absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                      const void* bias, void* c, int64_t ldc);
 
 // For i in [0, batch): C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
 // A_i = a + i * stride_a elements (likewise B_i, C_i) and each product is as

@@ -166,6 +166,57 @@ TEST(GemmTest, BatchedMatchesPerProductReference) {
   }
 }
 
+// The bias row is added to every row of C, for f32, bf16 and f16 and an
+// empty reduction; padding columns of C are not written.
+TEST(GemmTest, BiasIsAddedToEveryRow) {
+  const int64_t m = 5, n = 6, k = 7, ldc = n + 2;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t kk : {k, int64_t{0}}) {
+      std::vector<float> a = Random(m * k, 50), w = Random(n * k, 51), bias = Random(n, 52);
+      auto round = [dt](float v) {
+        if (dt == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
+        if (dt == DType::kF16) return F16ToFloat(FloatToF16(v));
+        return v;
+      };
+      for (float& v : a) v = round(v);
+      for (float& v : w) v = round(v);
+      for (float& v : bias) v = round(v);
+      std::vector<double> ref = Reference(false, true, m, n, kk, a, k, w, k);
+      auto pack = [dt](const std::vector<float>& v) {
+        std::vector<uint16_t> out(v.size());
+        for (size_t i = 0; i < v.size(); ++i) {
+          out[i] = dt == DType::kBF16 ? FloatToBF16(v[i]) : FloatToF16(v[i]);
+        }
+        return out;
+      };
+      std::vector<float> c32(m * ldc, 9.0f);
+      std::vector<uint16_t> a16 = pack(a), w16 = pack(w), b16 = pack(bias);
+      std::vector<uint16_t> c16(m * ldc, dt == DType::kBF16 ? FloatToBF16(9.0f) : FloatToF16(9.0f));
+      const bool f32 = dt == DType::kF32;
+      ASSERT_TRUE(GemmBias(false, true, m, n, kk, dt, f32 ? (void*)a.data() : (void*)a16.data(), k,
+                           f32 ? (void*)w.data() : (void*)w16.data(), k,
+                           f32 ? (void*)bias.data() : (void*)b16.data(),
+                           f32 ? (void*)c32.data() : (void*)c16.data(), ldc)
+                      .ok());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float got = f32 ? c32[i * ldc + j]
+                                : (dt == DType::kBF16 ? BF16ToFloat(c16[i * ldc + j])
+                                                      : F16ToFloat(c16[i * ldc + j]));
+          const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
+          EXPECT_NEAR(got, want, f32 ? 1e-4 : 2e-2 * (1 + std::fabs(want)))
+              << DTypeName(dt) << " k=" << kk << " at " << i << "," << j;
+        }
+      }
+    }
+  }
+  float x = 0;
+  absl::Status bad =
+      GemmBias(false, false, 2, 2, 2, DType::kI32, &x, 2, &x, 2, &x, &x, 2);
+  EXPECT_NE(std::string(bad.message()).find("GemmBias: inputs must be"), std::string::npos)
+      << bad;
+}
+
 // A shared B (stride 0) and f16 inputs take the per-product path.
 TEST(GemmTest, BatchedSharedOperandAndF16) {
   const int64_t batch = 3, m = 4, n = 5, k = 6;

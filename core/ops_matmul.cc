@@ -211,7 +211,22 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tenso
   TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({rows, out_features}, x.dtype(), x.device()));
   float beta = 0.0f;
   if (bias.defined()) {
-    // Seed every row with the bias and let the GEMM accumulate onto it.
+    // The bias in the GEMM's epilogue where the device has it.
+    TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels,
+                         internal::KernelsOf("Linear", {&out, &x2, &weight}));
+    TPX_ASSIGN_OR_RETURN(Tensor dense_bias, bias.Contiguous());
+    TPX_ASSIGN_OR_RETURN(GemmOperand gx, AsGemmOperand(x2, false));
+    TPX_ASSIGN_OR_RETURN(GemmOperand gw, AsGemmOperand(weight, true));
+    absl::Status fused = kernels->GemmBias(
+        out.device().index, gx.trans, gw.trans, rows, out_features, in, x.dtype(), gx.data, gx.ld,
+        gw.data, gw.ld, dense_bias.raw_data(), out.raw_data(), std::max<int64_t>(out_features, 1));
+    if (fused.ok()) {
+      Shape out_shape = x.shape();
+      out_shape.back() = out_features;
+      return out.View(out_shape);
+    }
+    if (!absl::IsUnimplemented(fused)) return fused;
+    // Otherwise seed every row with the bias and let the GEMM accumulate onto it.
     TPX_ASSIGN_OR_RETURN(Tensor rows_view, bias.Expand({rows, out_features}));
     TPX_RETURN_IF_ERROR(out.CopyFrom(rows_view));
     beta = 1.0f;
