@@ -96,6 +96,7 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_logits_fwd", 1, 2048, 128, 256, false, true},
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
+      {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
   };
   return *cases;
 }

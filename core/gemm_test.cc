@@ -217,6 +217,55 @@ TEST(GemmTest, BiasIsAddedToEveryRow) {
       << bad;
 }
 
+// Narrow f32 outputs (n of 16..64 columns, alpha 1, beta 0) take the
+// register-blocked kernel on AVX-512 CPUs (core/small_gemm.h): row counts
+// that are not a multiple of its blocks or of its 64-row work chunks, both
+// layouts of A, padded leading dims and strides, one and two threads.
+TEST(GemmTest, NarrowF32OutputsMatchReference) {
+  const int before = GemmThreads();
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (int64_t n : {16, 32, 48, 64}) {
+      for (int64_t m : {1, 13, 130}) {
+        for (bool ta : {false, true}) {
+          const int64_t batch = 3, k = 37;
+          const int64_t lda = (ta ? m : k) + 3, ldb = n + 5, ldc = n + 2;
+          const int64_t sa = (ta ? k : m) * lda + 1, sb = k * ldb + 7, sc = m * ldc + 4;
+          std::vector<float> a = Random(batch * sa, 60), b = Random(batch * sb, 61);
+          std::vector<float> c(batch * sc, 5.0f);
+          ASSERT_TRUE(GemmBatched(batch, ta, false, m, n, k, 1.0f, DType::kF32, a.data(), lda, sa,
+                                  b.data(), ldb, sb, 0.0f, DType::kF32, c.data(), ldc, sc)
+                          .ok());
+          for (int64_t p = 0; p < batch; ++p) {
+            std::vector<float> ap(a.begin() + p * sa, a.begin() + (p + 1) * sa);
+            std::vector<float> bp(b.begin() + p * sb, b.begin() + (p + 1) * sb);
+            std::vector<double> ref = Reference(ta, false, m, n, k, ap, lda, bp, ldb);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const float got = c[p * sc + i * ldc + j];
+                if (j < n) {
+                  ASSERT_NEAR(got, ref[i * n + j], 1e-4)
+                      << "threads=" << threads << " n=" << n << " m=" << m << " ta=" << ta
+                      << " product " << p << " at " << i << "," << j;
+                } else {
+                  ASSERT_EQ(got, 5.0f) << "padding written";
+                }
+              }
+            }
+          }
+          // The same product unbatched.
+          std::vector<float> c1(m * ldc, 5.0f);
+          ASSERT_TRUE(Gemm(ta, false, m, n, k, 1.0f, DType::kF32, a.data(), lda, b.data(), ldb,
+                           0.0f, DType::kF32, c1.data(), ldc)
+                          .ok());
+          for (int64_t i = 0; i < m * ldc; ++i) ASSERT_EQ(c1[i], c[i]) << "unbatched differs";
+        }
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
 // A shared B (stride 0) and f16 inputs take the per-product path.
 TEST(GemmTest, BatchedSharedOperandAndF16) {
   const int64_t batch = 3, m = 4, n = 5, k = 6;
