@@ -9,7 +9,10 @@
 // has them) and an f32 or bf16 C. Strides, alpha and beta go to the library:
 // no copies or conversions on the f32 and bf16 paths. f16 inputs have no
 // library kernel on this CPU: they are widened to f32 scratch copies and run
-// on the f32 path (f16 C is rounded once at the end).
+// on the f32 path (f16 C is rounded once at the end). f32 products with a
+// narrow C (16-64 columns, alpha 1, beta 0: attention's per-head products)
+// run on a register-blocked AVX-512 kernel instead (core/small_gemm.h), where
+// the CPU has AVX-512.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
 // output is written once instead of seeded with the bias and read back.
