@@ -61,9 +61,12 @@ struct MatmulKey {
   float alpha, beta;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
   bool bias = false;  // a [n] bias in c_dtype added to every row (2-D only)
+  // oneDNN splits the work for the OpenMP thread count at primitive
+  // creation: a primitive made for 1 thread runs on 1 thread forever.
+  int threads = 1;
   auto Tie() const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta,
-                    batch, stride_a, stride_b, stride_c, bias);
+                    batch, stride_a, stride_b, stride_c, bias, threads);
   }
   bool operator<(const MatmulKey& o) const { return Tie() < o.Tie(); }
 };
@@ -136,8 +139,9 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
   return entry;
 }
 
-absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void* c,
+absl::Status RunMatmul(MatmulKey key, const void* a, const void* b, void* c,
                        const void* bias = nullptr) {
+  key.threads = omp_get_max_threads();  // as ApplyThreads set it for this thread
   try {
     CachedMatmul mm = GetMatmul(key);
     const MatmulDescs md = DescsOf(key);

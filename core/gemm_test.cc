@@ -331,6 +331,24 @@ TEST(GemmTest, ConcurrentCallsFromManyThreads) {
   }
 }
 
+// A shape first run on 1 thread and then on 2 (a primitive per thread
+// count) gives the same product both times.
+TEST(GemmTest, ThreadCountChangeKeepsResults) {
+  const int before = GemmThreads();
+  const int64_t m = 96, n = 80, k = 72;
+  std::vector<float> a = Random(m * k, 70), b = Random(k * n, 71);
+  std::vector<double> ref = Reference(false, false, m, n, k, a, k, b, n);
+  for (int threads : {1, 2, 1}) {
+    SetGemmThreads(threads);
+    std::vector<float> c(m * n);
+    ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kF32, a.data(), k, b.data(), n, 0.0f,
+                     DType::kF32, c.data(), n)
+                    .ok());
+    for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(c[i], ref[i], 1e-4) << "threads=" << threads;
+  }
+  SetGemmThreads(before);
+}
+
 TEST(GemmTest, ThreadSetting) {
   const int before = GemmThreads();
   EXPECT_GE(before, 1);
