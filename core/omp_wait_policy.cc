@@ -8,10 +8,11 @@
 // spinning threads take the cores the other processes (and this process's
 // own other ranks) need, and a thread that is descheduled stalls its whole
 // team at the next barrier. No fixed setting is good for both. Measured on
-// a busy 2-core host (GPT example, TP=1, 2 threads, load 7-10, with and
-// without one more busy process): sleeping at once (PASSIVE) was fastest in
-// every round, 1,000 spins lost 25-70%, 10,000 lost 50-70% and libgomp's
-// default 75-90%; on a quiet host sleeping at once costs 20-40% (every region
+// a busy 2-core host (GPT example, TP=1, 2 threads, load 6-15, without and
+// with one more busy process; medians of 3 interleaved rounds): sleeping at
+// once (PASSIVE) was fastest in every round, 1,000 spins lost 38% / 77%,
+// 10,000 lost 60% / 86% and libgomp's default 80% / 94%; on a quiet host
+// sleeping at once costs 20-40% (every region
 // then starts with a futex wake) and 10,000 spins (~0.2 ms, longer than the
 // gaps between a step's back-to-back kernels) keep the team hot. So the
 // setting follows the host: PASSIVE when it is busy at start, else 10,000
