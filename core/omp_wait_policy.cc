@@ -11,12 +11,13 @@
 // a busy 2-core host (GPT example, TP=1, 2 threads, load 6-15, without and
 // with one more busy process; medians of 3 interleaved rounds): sleeping at
 // once (PASSIVE) was fastest in every round, 1,000 spins lost 38% / 77%,
-// 10,000 lost 60% / 86% and libgomp's default 80% / 94%; on a quiet host
-// sleeping at once costs 20-40% (every region
-// then starts with a futex wake) and 10,000 spins (~0.2 ms, longer than the
-// gaps between a step's back-to-back kernels) keep the team hot. So the
-// setting follows the host: PASSIVE when it is busy at start, else 10,000
-// spins (OmpWaitSettingFor in core/omp_wait_policy.h).
+// 10,000 lost 60% / 86% and libgomp's default 80% / 94%. On a quiet host
+// (earlier measurements; none was available for these) sleeping at once
+// costs 20-40% (every region then starts with a futex wake) and 10,000
+// spins (~0.2 ms, longer than the gaps between a step's back-to-back
+// kernels) keep the team hot. So the setting follows the host: PASSIVE when
+// it is busy at start, else 10,000 spins (OmpWaitSettingFor in
+// core/omp_wait_policy.h).
 //
 // libgomp reads its settings once, when it is loaded, before any static
 // constructor of the program runs, and the C library only takes its
