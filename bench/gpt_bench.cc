@@ -14,9 +14,11 @@
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
 // steps, the first included; validation time is excluded. Each rank gets
 // cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise ("threads").
-// PyTorch runs once per "omp:blas" entry of --pytorch_threads (its OpenMP
-// and OpenBLAS pools are separate; the best setting differs by machine);
-// --pytorch_threads= (empty) skips it.
+// The PyTorch peer runs at every TP size of --tps and the same dtype (bf16:
+// CPU autocast). At TP=1 it runs once per "omp:blas" entry of
+// --pytorch_threads (its OpenMP and OpenBLAS pools are separate; the best
+// setting differs by machine); at TP>1 as tpx's ranks do: TP processes over
+// gloo, each with cores / TP threads. --pytorch_threads= (empty) skips it.
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,29 +112,31 @@ bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
   return false;
 }
 
-bool RunPytorchPeer(absl::string_view setting) {
+bool RunPytorchPeer(int tp, absl::string_view setting) {
   int omp = 0, blas = 0;
   if (!ParseThreadSetting(setting, &omp, &blas)) return false;
+  absl::StatusOr<GptConfig> config = GptConfigFromFlags();
+  const std::string dtype = config.ok() ? std::string(DTypeName(config->dtype)) : "f32";
   const char* script = "bench/peers/gpt_pytorch.py";
   auto skipped = [&](const std::string& why) {
     std::printf(
-        "{\"bench\":\"gpt\",\"impl\":\"pytorch\",\"tp\":1,\"dtype\":\"f32\",\"threads\":%d,"
+        "{\"bench\":\"gpt\",\"impl\":\"pytorch\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
         "\"omp_threads\":%d,\"blas_threads\":%d,\"skipped\":\"%s\"}\n",
-        std::max(omp, blas), omp, blas, why.c_str());
+        tp, dtype.c_str(), std::max(omp, blas), omp, blas, why.c_str());
     std::fflush(stdout);
     return true;
   };
   if (access(script, R_OK) != 0) return skipped("bench/peers/gpt_pytorch.py not found");
   const std::string python = absl::GetFlag(FLAGS_python);
   if (access(python.c_str(), X_OK) != 0) return skipped("no python at " + python);
-  absl::StatusOr<GptConfig> config = GptConfigFromFlags();
   if (!config.ok()) return skipped(std::string(config.status().message()));
   const GptConfig& c = *config;
   const std::string cmd = absl::StrCat(
       "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
       " --batch=", absl::GetFlag(FLAGS_batch), " --seq_len=", c.seq_len,
       " --d_model=", c.d_model, " --n_heads=", c.n_heads, " --n_layers=", c.n_layers,
-      " --d_ff=", c.d_ff, " --omp_threads=", omp, " --blas_threads=", blas);
+      " --d_ff=", c.d_ff, " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp,
+      " --dtype=", dtype);
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return skipped("could not start python");
@@ -161,19 +165,30 @@ int main(int argc, char** argv) {
     }
   }
   int failures = 0;
+  std::vector<int> tps;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_tps), ',', absl::SkipEmpty())) {
     int tp = 0;
     if (!absl::SimpleAtoi(s, &tp) || tp < 1) {
       std::fprintf(stderr, "gpt bench: bad --tps entry '%s'\n", std::string(s).c_str());
       return 2;
     }
-    if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) {
-      ++failures;
-    }
+    tps.push_back(tp);
+  }
+  for (int tp : tps) {
+    if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
   }
   if (!settings.empty()) {
-    for (absl::string_view s : absl::StrSplit(settings, ',')) {
-      if (!tpx::gpt::RunPytorchPeer(s)) return 2;
+    for (int tp : tps) {
+      if (tp == 1) {
+        for (absl::string_view s : absl::StrSplit(settings, ',')) {
+          if (!tpx::gpt::RunPytorchPeer(1, s)) return 2;
+        }
+        continue;
+      }
+      // Like tpx's ranks: the cores split evenly over the TP processes.
+      const int per_rank = std::max(1, tpx::GemmThreads() / tp);
+      const std::string setting = absl::StrCat(per_rank, ":", per_rank);
+      if (!tpx::gpt::RunPytorchPeer(tp, setting)) return 2;
     }
   }
   return failures == 0 ? 0 : 1;

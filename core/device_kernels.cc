@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/log.h"
+#include "core/status_macros.h"
 
 namespace tpx {
 namespace {
@@ -26,6 +27,28 @@ absl::Status NotOnThisDevice(const char* kernel) {
 }
 
 }  // namespace
+
+absl::Status DeviceKernels::GemmBias(int, bool, bool, int64_t, int64_t, int64_t, DType,
+                                     const void*, int64_t, const void*, int64_t, const void*,
+                                     void*, int64_t) {
+  return absl::UnimplementedError("GemmBias: no fused-bias GEMM on this device");
+}
+
+absl::Status DeviceKernels::GemmBatched(int index, int64_t batch, bool trans_a, bool trans_b,
+                                        int64_t m, int64_t n, int64_t k, float alpha,
+                                        DType ab_dtype, const void* a, int64_t lda,
+                                        int64_t stride_a, const void* b, int64_t ldb,
+                                        int64_t stride_b, float beta, DType c_dtype, void* c,
+                                        int64_t ldc, int64_t stride_c) {
+  const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
+  for (int64_t i = 0; i < batch; ++i) {
+    TPX_RETURN_IF_ERROR(Gemm(index, trans_a, trans_b, m, n, k, alpha, ab_dtype,
+                             static_cast<const char*>(a) + i * stride_a * ab_size, lda,
+                             static_cast<const char*>(b) + i * stride_b * ab_size, ldb, beta,
+                             c_dtype, static_cast<char*>(c) + i * stride_c * c_size, ldc));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status DeviceKernels::LayerNorm(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&, const Tensor&, int64_t, int64_t, double) {

@@ -132,6 +132,20 @@ class DeviceKernels {
                             float alpha, DType ab_dtype, const void* a, int64_t lda,
                             const void* b, int64_t ldb, float beta, DType c_dtype, void* c,
                             int64_t ldc) = 0;
+  // tpx::GemmBias (core/gemm.h): C = op(A) op(B) + bias row, all in ab_dtype.
+  // The default returns Unimplemented (callers then seed C with the bias and
+  // run Gemm with beta = 1).
+  virtual absl::Status GemmBias(int index, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                int64_t k, DType ab_dtype, const void* a, int64_t lda,
+                                const void* b, int64_t ldb, const void* bias, void* c,
+                                int64_t ldc);
+  // tpx::GemmBatched (core/gemm.h): `batch` products at element strides
+  // stride_a/b/c. The default runs them one Gemm at a time.
+  virtual absl::Status GemmBatched(int index, int64_t batch, bool trans_a, bool trans_b,
+                                   int64_t m, int64_t n, int64_t k, float alpha, DType ab_dtype,
+                                   const void* a, int64_t lda, int64_t stride_a, const void* b,
+                                   int64_t ldb, int64_t stride_b, float beta, DType c_dtype,
+                                   void* c, int64_t ldc, int64_t stride_c);
 };
 
 // Makes `kernels` serve every device of `type` (a static object; called once

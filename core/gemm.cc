@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/small_gemm.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -51,17 +52,50 @@ dnnl::memory::data_type ToDnnl(DType dtype) {
   return dtype == DType::kBF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
-// Everything that determines a matmul primitive.
+// Everything that determines a matmul primitive. batch == 1: 2-D
+// descriptors (strides unused); batch > 1: 3-D with the given batch strides.
 struct MatmulKey {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc;
   DType ab_dtype, c_dtype;
   float alpha, beta;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
+  bool bias = false;  // a [n] bias in c_dtype added to every row (2-D only)
+  // oneDNN splits the work for the OpenMP thread count at primitive
+  // creation: a primitive made for 1 thread runs on 1 thread forever.
+  int threads = 1;
   auto Tie() const {
-    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta);
+    return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta,
+                    batch, stride_a, stride_b, stride_c, bias, threads);
   }
   bool operator<(const MatmulKey& o) const { return Tie() < o.Tie(); }
 };
+
+struct MatmulDescs {
+  dnnl::memory::desc a, b, c, bias;
+};
+
+// Row-major op(A) [m, k]: A is stored [m, k] (strides {lda, 1}) or [k, m]
+// (strides {1, lda}); likewise B and C, with a leading batch dim if batched.
+MatmulDescs DescsOf(const MatmulKey& key) {
+  using dims = dnnl::memory::dims;
+  auto desc = [&](int64_t rows, int64_t cols, bool trans, int64_t ld, int64_t batch_stride,
+                  DType dtype) {
+    dims shape{rows, cols};
+    dims strides = trans ? dims{1, ld} : dims{ld, 1};
+    if (key.batch > 1) {
+      shape.insert(shape.begin(), key.batch);
+      strides.insert(strides.begin(), batch_stride);
+    }
+    return dnnl::memory::desc(shape, ToDnnl(dtype), strides);
+  };
+  MatmulDescs md{desc(key.m, key.k, key.trans_a, key.lda, key.stride_a, key.ab_dtype),
+                 desc(key.k, key.n, key.trans_b, key.ldb, key.stride_b, key.ab_dtype),
+                 desc(key.m, key.n, false, key.ldc, key.stride_c, key.c_dtype),
+                 {}};
+  if (key.bias) md.bias = dnnl::memory::desc(dims{1, key.n}, ToDnnl(key.c_dtype), dims{key.n, 1});
+  return md;
+}
 
 dnnl::engine& CpuEngine() {
   static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -86,13 +120,7 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
     auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
-  using dims = dnnl::memory::dims;
-  // Row-major op(A) [m, k]: A is stored [m, k] (strides {lda, 1}) or [k, m] (strides {1, lda}).
-  dnnl::memory::desc a_md(dims{key.m, key.k}, ToDnnl(key.ab_dtype),
-                          key.trans_a ? dims{1, key.lda} : dims{key.lda, 1});
-  dnnl::memory::desc b_md(dims{key.k, key.n}, ToDnnl(key.ab_dtype),
-                          key.trans_b ? dims{1, key.ldb} : dims{key.ldb, 1});
-  dnnl::memory::desc c_md(dims{key.m, key.n}, ToDnnl(key.c_dtype), dims{key.ldc, 1});
+  const MatmulDescs md = DescsOf(key);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
@@ -101,7 +129,8 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
     ops.append_sum(key.beta);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::desc desc(a_md, b_md, c_md);
+  dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(md.a, md.b, md.bias, md.c)
+                                     : dnnl::matmul::desc(md.a, md.b, md.c);
   dnnl::matmul::primitive_desc pd(desc, attr, CpuEngine());
   CachedMatmul entry{dnnl::matmul(pd), pd.scratchpad_desc()};
   std::lock_guard<std::mutex> lock(mu);
@@ -110,19 +139,19 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
   return entry;
 }
 
-absl::Status RunMatmul(const MatmulKey& key, const void* a, const void* b, void* c) {
+absl::Status RunMatmul(MatmulKey key, const void* a, const void* b, void* c,
+                       const void* bias = nullptr) {
+  key.threads = omp_get_max_threads();  // as ApplyThreads set it for this thread
   try {
     CachedMatmul mm = GetMatmul(key);
-    using dims = dnnl::memory::dims;
-    dnnl::memory::desc a_md(dims{key.m, key.k}, ToDnnl(key.ab_dtype),
-                            key.trans_a ? dims{1, key.lda} : dims{key.lda, 1});
-    dnnl::memory::desc b_md(dims{key.k, key.n}, ToDnnl(key.ab_dtype),
-                            key.trans_b ? dims{1, key.ldb} : dims{key.ldb, 1});
-    dnnl::memory::desc c_md(dims{key.m, key.n}, ToDnnl(key.c_dtype), dims{key.ldc, 1});
+    const MatmulDescs md = DescsOf(key);
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, dnnl::memory(a_md, CpuEngine(), const_cast<void*>(a))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, CpuEngine(), const_cast<void*>(b))},
-        {DNNL_ARG_DST, dnnl::memory(c_md, CpuEngine(), c)}};
+        {DNNL_ARG_SRC, dnnl::memory(md.a, CpuEngine(), const_cast<void*>(a))},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(md.b, CpuEngine(), const_cast<void*>(b))},
+        {DNNL_ARG_DST, dnnl::memory(md.c, CpuEngine(), c)}};
+    if (key.bias) {
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(md.bias, CpuEngine(), const_cast<void*>(bias)));
+    }
     const size_t scratch_bytes = mm.scratchpad.get_size();
     // Uninitialised (the library writes before reading), from the caching
     // allocator so repeated GEMMs reuse mapped pages.
@@ -157,34 +186,53 @@ std::vector<float> WidenF16(const void* src, int64_t rows, int64_t cols, int64_t
   return out;
 }
 
-}  // namespace
+// f32 products with a narrow C go to core/small_gemm.h's kernel, where
+// oneDNN's f32 kernels are at about half the FMA peak.
+bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DType ab_dtype,
+                  float beta, DType c_dtype) {
+  return ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f &&
+         SmallGemmF32Applies(trans_b, m, n, k);
+}
 
-absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
-                  float beta, DType c_dtype, void* c, int64_t ldc) {
+// Sizes, dtypes and leading dims of one product; `op` names the caller.
+absl::Status CheckGemmArgs(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                           int64_t k, DType ab_dtype, int64_t lda, int64_t ldb, DType c_dtype,
+                           int64_t ldc) {
   if (m < 0 || n < 0 || k < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Gemm: negative size m=", m, " n=", n, " k=", k));
+        absl::StrCat(op, ": negative size m=", m, " n=", n, " k=", k));
   }
   if (ab_dtype != DType::kF32 && ab_dtype != DType::kBF16 && ab_dtype != DType::kF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: inputs must be f32, bf16 or f16, got ", std::string(DTypeName(ab_dtype))));
+    return absl::InvalidArgumentError(absl::StrCat(op, ": inputs must be f32, bf16 or f16, got ",
+                                                   std::string(DTypeName(ab_dtype))));
   }
   if (c_dtype != DType::kF32 && c_dtype != ab_dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Gemm: output dtype ", std::string(DTypeName(c_dtype)), " must be f32 or match inputs (",
+        op, ": output dtype ", std::string(DTypeName(c_dtype)), " must be f32 or match inputs (",
         std::string(DTypeName(ab_dtype)), ")"));
   }
   const int64_t a_cols = trans_a ? m : k;
   const int64_t b_cols = trans_b ? k : n;
   if (lda < std::max<int64_t>(1, a_cols) || ldb < std::max<int64_t>(1, b_cols) ||
       ldc < std::max<int64_t>(1, n)) {
-    return absl::InvalidArgumentError(absl::StrCat("Gemm: leading dims lda=", lda, " ldb=", ldb,
+    return absl::InvalidArgumentError(absl::StrCat(op, ": leading dims lda=", lda, " ldb=", ldb,
                                                    " ldc=", ldc, " too small for m=", m,
                                                    " n=", n, " k=", k));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                  float beta, DType c_dtype, void* c, int64_t ldc) {
+  TPX_RETURN_IF_ERROR(CheckGemmArgs("Gemm", trans_a, trans_b, m, n, k, ab_dtype, lda, ldb,
+                                    c_dtype, ldc));
   if (m == 0 || n == 0) return absl::OkStatus();
   ApplyThreads();
+  const int64_t a_cols = trans_a ? m : k;
+  const int64_t b_cols = trans_b ? k : n;
   if (ab_dtype == DType::kF16) {
     // No f16 GEMM on this CPU in oneDNN: widen to f32 and use the f32 path.
     std::vector<float> a32 = WidenF16(a, trans_a ? k : m, a_cols, lda);
@@ -223,7 +271,74 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     }
     return absl::OkStatus();
   }
+  if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {
+    SmallGemmF32(1, trans_a, m, n, k, static_cast<const float*>(a), lda, 0,
+                 static_cast<const float*>(b), ldb, 0, static_cast<float*>(c), ldc, 0);
+    return absl::OkStatus();
+  }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta};
+  return RunMatmul(key, a, b, c);
+}
+
+absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                      const void* bias, void* c, int64_t ldc) {
+  TPX_RETURN_IF_ERROR(CheckGemmArgs("GemmBias", trans_a, trans_b, m, n, k, ab_dtype, lda, ldb,
+                                    ab_dtype, ldc));
+  if (m == 0 || n == 0) return absl::OkStatus();
+  if (ab_dtype == DType::kF16 || k == 0) {
+    // Gemm's special paths: seed every row with the bias, accumulate onto it.
+    const size_t row_bytes = static_cast<size_t>(n) * SizeOf(ab_dtype);
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(static_cast<char*>(c) + r * ldc * SizeOf(ab_dtype), bias, row_bytes);
+    }
+    return Gemm(trans_a, trans_b, m, n, k, 1.0f, ab_dtype, a, lda, b, ldb, 1.0f, ab_dtype, c,
+                ldc);
+  }
+  ApplyThreads();
+  MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
+  key.bias = true;
+  return RunMatmul(key, a, b, c, bias);
+}
+
+absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, DType ab_dtype, const void* a, int64_t lda,
+                         int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+                         float beta, DType c_dtype, void* c, int64_t ldc, int64_t stride_c) {
+  if (batch < 0 || stride_a < 0 || stride_b < 0 || stride_c < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GemmBatched: negative batch ", batch,
+                                                   " or strides a=", stride_a, " b=", stride_b,
+                                                   " c=", stride_c));
+  }
+  if (batch > 1 && m > 0 && n > 0 && stride_c < (m - 1) * ldc + n) {
+    return absl::InvalidArgumentError(absl::StrCat("GemmBatched: C stride ", stride_c,
+                                                   " overlaps products of ", m, "x", n,
+                                                   " with ldc=", ldc));
+  }
+  TPX_RETURN_IF_ERROR(CheckGemmArgs("GemmBatched", trans_a, trans_b, m, n, k, ab_dtype, lda,
+                                    ldb, c_dtype, ldc));
+  if (batch == 0 || m == 0 || n == 0) return absl::OkStatus();
+  // Cases Gemm handles specially (f16 widening, empty reductions) and
+  // broadcast operands go product by product.
+  if (batch == 1 || k == 0 || ab_dtype == DType::kF16 || stride_a == 0 || stride_b == 0) {
+    const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
+    for (int64_t i = 0; i < batch; ++i) {
+      TPX_RETURN_IF_ERROR(Gemm(trans_a, trans_b, m, n, k, alpha, ab_dtype,
+                               static_cast<const char*>(a) + i * stride_a * ab_size, lda,
+                               static_cast<const char*>(b) + i * stride_b * ab_size, ldb, beta,
+                               c_dtype, static_cast<char*>(c) + i * stride_c * c_size, ldc));
+    }
+    return absl::OkStatus();
+  }
+  ApplyThreads();
+  if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {
+    SmallGemmF32(batch, trans_a, m, n, k, static_cast<const float*>(a), lda, stride_a,
+                 static_cast<const float*>(b), ldb, stride_b, static_cast<float*>(c), ldc,
+                 stride_c);
+    return absl::OkStatus();
+  }
+  MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
+                ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};
   return RunMatmul(key, a, b, c);
 }
 

@@ -9,7 +9,16 @@
 // has them) and an f32 or bf16 C. Strides, alpha and beta go to the library:
 // no copies or conversions on the f32 and bf16 paths. f16 inputs have no
 // library kernel on this CPU: they are widened to f32 scratch copies and run
-// on the f32 path (f16 C is rounded once at the end).
+// on the f32 path (f16 C is rounded once at the end). f32 products with a
+// narrow C (16-64 columns, alpha 1, beta 0: attention's per-head products)
+// run on a register-blocked AVX-512 kernel instead (core/small_gemm.h), where
+// the CPU has AVX-512.
+//
+// GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
+// output is written once instead of seeded with the bias and read back.
+// GemmBatched runs a strided batch of equal-shaped products as one library
+// call, so many small ones (attention's per-head products) share one
+// primitive and one thread team instead of paying per-call overhead each.
 //
 // Threads: SetGemmThreads(n) applies to all later calls from any thread;
 // the default is the TPX_NUM_THREADS environment variable if set, else all
@@ -34,6 +43,22 @@ namespace tpx {
 absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                   DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
                   float beta, DType c_dtype, void* c, int64_t ldc);
+
+// Row-major C[m, n] = op(A) @ op(B) + bias, where bias[n] is added to every
+// row; bias and C have A's dtype (f32, bf16 or f16), accumulation is f32.
+// Errors: as Gemm.
+absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                      DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                      const void* bias, void* c, int64_t ldc);
+
+// For i in [0, batch): C_i = alpha * op(A_i) @ op(B_i) + beta * C_i, where
+// A_i = a + i * stride_a elements (likewise B_i, C_i) and each product is as
+// in Gemm. The C_i must not overlap (stride_c >= (m - 1) * ldc + n).
+// Errors: as Gemm, plus batch < 0, negative strides or overlapping C.
+absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                         int64_t k, float alpha, DType ab_dtype, const void* a, int64_t lda,
+                         int64_t stride_a, const void* b, int64_t ldb, int64_t stride_b,
+                         float beta, DType c_dtype, void* c, int64_t ldc, int64_t stride_c);
 
 // Number of threads GEMMs use (>= 1). Thread-safe.
 void SetGemmThreads(int threads);

@@ -3,29 +3,38 @@
 // link //core:omp_wait_policy.
 //
 // libgomp's default is to spin for about 300,000 iterations (milliseconds)
-// after each parallel region. On a quiet machine that keeps the team hot
+// after each parallel region. On a quiet machine spinning keeps the team hot
 // between a training step's many short regions; on a shared one, the
 // spinning threads take the cores the other processes (and this process's
 // own other ranks) need, and a thread that is descheduled stalls its whole
-// team at the next barrier. Measured on a busy 2-core host (GPT example,
-// TP=1, 2 threads): sleeping at once was fastest, 1,000 iterations lost
-// 25-50%, 10,000 lost 80% and the default 90%; on a quiet host sleeping at
-// once costs 20-40% (every region then starts with a futex wake). A short
-// spin of 1,000 iterations (kSpinSetting) (microseconds: the gap between back-to-back
-// kernels, far less than a time slice) is the compromise; no fixed value is
-// best for both.
+// team at the next barrier. No fixed setting is good for both. Measured on
+// a busy 2-core host (GPT example, TP=1, 2 threads, load 6-15, without and
+// with one more busy process; medians of 3 interleaved rounds): sleeping at
+// once (PASSIVE) was fastest in every round, 1,000 spins lost 38% / 77%,
+// 10,000 lost 60% / 86% and libgomp's default 80% / 94%. On a quiet host
+// (earlier measurements; none was available for these) sleeping at once
+// costs 20-40% (every region then starts with a futex wake) and 10,000
+// spins (~0.2 ms, longer than the gaps between a step's back-to-back
+// kernels) keep the team hot. So the setting follows the host: PASSIVE when
+// it is busy at start, else 10,000 spins (OmpWaitSettingFor in
+// core/omp_wait_policy.h).
 //
 // libgomp reads its settings once, when it is loaded, before any static
 // constructor of the program runs, and the C library only takes its
 // environment from the process's initial one; so the default cannot simply
 // be setenv'd. Instead, from the executable's .preinit_array (which runs
 // before any library initialises), a process whose environment names no
-// policy re-executes itself once with GOMP_SPINCOUNT added. Nothing has run
-// yet at that point, so the second start is the only one that does work.
-// An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment wins; if
-// the re-exec fails (no /proc), the program runs on with libgomp's default.
+// policy re-executes itself once with the chosen setting added. Nothing has
+// run yet at that point, so the second start is the only one that does work.
+// An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment wins (and
+// forked ranks inherit the parent's choice); if the re-exec fails (no /proc),
+// the program runs on with libgomp's default.
 //
 //   cc_binary(name = "train", ..., deps = ["//core:omp_wait_policy", ...])
+#include "core/omp_wait_policy.h"
+
+#include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -33,8 +42,20 @@
 namespace tpx {
 namespace {
 
-constexpr char kSpinSetting[] = "GOMP_SPINCOUNT=1000";
+constexpr char kPassive[] = "OMP_WAIT_POLICY=PASSIVE";
+constexpr char kShortSpin[] = "GOMP_SPINCOUNT=10000";
 constexpr size_t kMaxEnvironment = 4096;
+
+// Parses an unsigned decimal (with an optional fraction) at *p, advancing it.
+double ParseNumber(const char** p) {
+  double v = 0;
+  while (**p >= '0' && **p <= '9') v = v * 10 + (*(*p)++ - '0');
+  if (**p == '.') {
+    ++*p;
+    for (double scale = 0.1; **p >= '0' && **p <= '9'; scale /= 10) v += scale * (*(*p)++ - '0');
+  }
+  return v;
+}
 
 char* new_environment[kMaxEnvironment + 2];  // static: no allocation this early
 
@@ -49,7 +70,9 @@ void SetDefaultOmpWaitPolicy(int, char** argv, char** envp) {
     if (n >= kMaxEnvironment) return;
     new_environment[n] = envp[n];
   }
-  new_environment[n] = const_cast<char*>(kSpinSetting);
+  HostLoad load;
+  const bool known = ReadHostLoad(&load);
+  new_environment[n] = const_cast<char*>(known ? OmpWaitSettingFor(load) : kShortSpin);
   new_environment[n + 1] = nullptr;
   execve("/proc/self/exe", argv, new_environment);
 }
@@ -58,4 +81,32 @@ __attribute__((section(".preinit_array"), used)) void (*const kSetDefaultOmpWait
     int, char**, char**) = &SetDefaultOmpWaitPolicy;
 
 }  // namespace
+
+const char* OmpWaitSettingFor(const HostLoad& load) {
+  const int cpus = load.cpus < 1 ? 1 : load.cpus;
+  return load.load_1min >= cpus || load.runnable >= cpus ? kPassive : kShortSpin;
+}
+
+bool ReadHostLoad(HostLoad* load) {
+  // "0.76 1.35 1.11 3/141 1234": 1, 5, 15-minute loads, runnable/total.
+  const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[128];
+  const ssize_t got = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (got <= 0) return false;
+  buf[got] = '\0';
+  const char* p = buf;
+  load->load_1min = ParseNumber(&p);
+  for (int field = 0; field < 3 && *p != '\0'; ++p) {
+    if (*p == ' ') ++field;
+  }
+  // This process is running, so it is one of the runnable ones.
+  const int runnable = static_cast<int>(ParseNumber(&p)) - 1;
+  load->runnable = runnable < 0 ? 0 : runnable;
+  cpu_set_t set;
+  load->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  return true;
+}
+
 }  // namespace tpx

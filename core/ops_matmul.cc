@@ -43,6 +43,28 @@ absl::StatusOr<GemmOperand> AsGemmOperand(const Tensor& x, bool trans) {
   return op;
 }
 
+// A 3-D operand [batch, rows, cols] as a strided batch of GemmOperands
+// sharing one leading dim; copied to dense storage only if its last two
+// dims have no unit stride.
+struct BatchedOperand {
+  GemmOperand op;
+  int64_t stride = 0;  // elements between consecutive batch entries
+};
+
+absl::StatusOr<BatchedOperand> AsBatchedOperand(const Tensor& x, bool trans) {
+  const int64_t rows = x.size(1), cols = x.size(2);
+  const int64_t s1 = rows == 1 ? std::max<int64_t>(cols, 1) : x.stride(1);
+  const int64_t s2 = cols == 1 ? 1 : x.stride(2);
+  if (s2 == 1 && s1 >= std::max<int64_t>(cols, 1)) {
+    return BatchedOperand{{x, x.raw_data(), s1, trans}, x.stride(0)};
+  }
+  if (s1 == 1 && s2 >= std::max<int64_t>(rows, 1) && cols > 1) {
+    return BatchedOperand{{x, x.raw_data(), s2, !trans}, x.stride(0)};
+  }
+  TPX_ASSIGN_OR_RETURN(Tensor c, x.Clone());
+  return BatchedOperand{{c, c.raw_data(), std::max<int64_t>(cols, 1), trans}, rows * cols};
+}
+
 // One GEMM: out2d = alpha * op(a2d) op(b2d) + beta * out2d; out2d rows dense.
 absl::Status GemmTensors(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a,
                          bool trans_b, float alpha, float beta) {
@@ -115,18 +137,20 @@ absl::StatusOr<Tensor> Matmul(const Tensor& a, const Tensor& b, bool trans_a, bo
       return out;
     }
   }
-  for (int64_t i = 0; i < batch; ++i) {
-    TPX_ASSIGN_OR_RETURN(Tensor ai, a.Narrow(0, i, 1));
-    TPX_ASSIGN_OR_RETURN(ai, ai.Squeeze(0));
-    Tensor bi = b;
-    if (b.dim() == 3) {
-      TPX_ASSIGN_OR_RETURN(bi, b.Narrow(0, i, 1));
-      TPX_ASSIGN_OR_RETURN(bi, bi.Squeeze(0));
-    }
-    TPX_ASSIGN_OR_RETURN(Tensor oi, out.Narrow(0, i, 1));
-    TPX_ASSIGN_OR_RETURN(oi, oi.Squeeze(0));
-    TPX_RETURN_IF_ERROR(GemmTensors(oi, ai, bi, trans_a, trans_b, 1.0f, 0.0f));
+  // One batched product: out is dense [B, M, N]; b is shared (stride 0)
+  // when 2-D.
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels, internal::KernelsOf("Matmul", {&out, &a, &b}));
+  TPX_ASSIGN_OR_RETURN(BatchedOperand ga, AsBatchedOperand(a, trans_a));
+  BatchedOperand gb;
+  if (b.dim() == 3) {
+    TPX_ASSIGN_OR_RETURN(gb, AsBatchedOperand(b, trans_b));
+  } else {
+    TPX_ASSIGN_OR_RETURN(gb.op, AsGemmOperand(b, trans_b));
   }
+  TPX_RETURN_IF_ERROR(kernels->GemmBatched(
+      out.device().index, batch, ga.op.trans, gb.op.trans, m, n, ka, 1.0f, a.dtype(), ga.op.data,
+      ga.op.ld, ga.stride, gb.op.data, gb.op.ld, gb.stride, 0.0f, out.dtype(), out.raw_data(),
+      std::max<int64_t>(n, 1), m * n));
   return out;
 }
 
@@ -187,7 +211,22 @@ absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& weight, const Tenso
   TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty({rows, out_features}, x.dtype(), x.device()));
   float beta = 0.0f;
   if (bias.defined()) {
-    // Seed every row with the bias and let the GEMM accumulate onto it.
+    // The bias in the GEMM's epilogue where the device has it.
+    TPX_ASSIGN_OR_RETURN(DeviceKernels * kernels,
+                         internal::KernelsOf("Linear", {&out, &x2, &weight}));
+    TPX_ASSIGN_OR_RETURN(Tensor dense_bias, bias.Contiguous());
+    TPX_ASSIGN_OR_RETURN(GemmOperand gx, AsGemmOperand(x2, false));
+    TPX_ASSIGN_OR_RETURN(GemmOperand gw, AsGemmOperand(weight, true));
+    absl::Status fused = kernels->GemmBias(
+        out.device().index, gx.trans, gw.trans, rows, out_features, in, x.dtype(), gx.data, gx.ld,
+        gw.data, gw.ld, dense_bias.raw_data(), out.raw_data(), std::max<int64_t>(out_features, 1));
+    if (fused.ok()) {
+      Shape out_shape = x.shape();
+      out_shape.back() = out_features;
+      return out.View(out_shape);
+    }
+    if (!absl::IsUnimplemented(fused)) return fused;
+    // Otherwise seed every row with the bias and let the GEMM accumulate onto it.
     TPX_ASSIGN_OR_RETURN(Tensor rows_view, bias.Expand({rows, out_features}));
     TPX_RETURN_IF_ERROR(out.CopyFrom(rows_view));
     beta = 1.0f;

@@ -103,6 +103,31 @@ TEST_P(MatmulTest, BatchedTransposed) {
   }
 }
 
+// Batched operands as views: a batch dim that is not outermost in memory
+// (attention's heads), a transposed view (k^T), a shared 2-D b with a
+// transposed a, and an operand with no unit stride (copied).
+TEST_P(MatmulTest, BatchedStridedViews) {
+  Tensor qs = TestRandom({6, 3, 4}, DType::kF32, 16);  // [T, B, hd]
+  Tensor q = *qs.Transpose(0, 1);                      // [B, T, hd], batch stride 4
+  Tensor ks = TestRandom({3, 6, 4}, DType::kF32, 17);
+  Tensor kt = *ks.Transpose(1, 2);  // [B, hd, T] column-major per product
+  Tensor scores = *Matmul(q, kt);
+  Tensor w = TestRandom({6, 5}, DType::kF32, 18);
+  Tensor shared = *Matmul(q, w, true, false);  // [B, hd, 5]
+  Tensor gapped = *TestRandom({3, 4, 12}, DType::kF32, 19).Slice(2, 0, 12, 2);  // [3, 4, 6]
+  Tensor vs = TestRandom({3, 6, 2}, DType::kF32, 20);
+  Tensor ctx = *Matmul(gapped, vs);
+  for (int64_t i = 0; i < 3; ++i) {
+    auto at = [i](const Tensor& t) { return *t.Narrow(0, i, 1)->Squeeze(0)->Contiguous(); };
+    EXPECT_TRUE(TensorsClose(at(scores), NaiveMatmul(at(q), at(kt), false, false), 1e-5, 1e-5))
+        << "product " << i;
+    EXPECT_TRUE(TensorsClose(at(shared), NaiveMatmul(at(q), w, true, false), 1e-5, 1e-5))
+        << "product " << i;
+    EXPECT_TRUE(TensorsClose(at(ctx), NaiveMatmul(at(gapped), at(vs), false, false), 1e-5, 1e-5))
+        << "product " << i;
+  }
+}
+
 TEST_P(MatmulTest, MatmulIntoAccumulatesIntoF32MainGrad) {
   // Weight gradient dW = dY^T X accumulated over two micro-batches into f32.
   Tensor dy1 = TestRandom({16, 6}, DType::kBF16, 12), x1 = TestRandom({16, 9}, DType::kBF16, 13);

@@ -12,15 +12,30 @@ the first step included, as bench:gpt does for tpx. Prints one JSON line:
   {"bench":"gpt","impl":"pytorch","tp":1,"dtype":"f32","threads":2,
    "omp_threads":1,"blas_threads":2,"tokens_per_s":...}
 
-or a "skipped" line when torch cannot be imported. Thread settings:
---omp_threads (torch.set_num_threads) and --blas_threads (OpenBLAS's own
-pool, set through the environment before torch loads).
+or a "skipped" line when torch cannot be imported.
+
+--tp=2 runs Megatron-style tensor parallelism over gloo in 2 processes (this
+script spawns them; a file store in a fresh temporary directory, no ports):
+vocabulary-parallel embedding and cross entropy with the tied output
+projection, column-parallel QKV (each rank its heads' q, k and v rows) and
+fc1, row-parallel attention output and fc2, with the all_reduce in forward
+after each row-parallel layer and in backward before each column-parallel
+one; the global gradient norm sums the shards' squares across ranks. Every
+rank draws the full weights from the same seed and keeps its shard, so TP=1
+and TP=2 train the same model. --dtype=bf16 runs forward under CPU bf16
+autocast (f32 weights and optimizer, as torch.autocast does).
+
+Thread settings (per process): --omp_threads (torch.set_num_threads) and
+--blas_threads (OpenBLAS's own pool, set through the environment before
+torch loads).
 """
 import argparse
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 
@@ -36,74 +51,161 @@ def parse_args():
     p.add_argument("--omp_threads", type=int, default=1)
     p.add_argument("--blas_threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--tp", type=int, default=1, choices=(1, 2))
+    p.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
     return p.parse_args()
 
 
-def main():
-    args = parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
-    line = {"bench": "gpt", "impl": "pytorch", "tp": 1, "dtype": "f32",
+def emit(line):
+    print(json.dumps(line, separators=(",", ":")), flush=True)
+
+
+def base_line(args):
+    return {"bench": "gpt", "impl": "pytorch", "tp": args.tp, "dtype": args.dtype,
             "threads": max(args.omp_threads, args.blas_threads),
             "omp_threads": args.omp_threads, "blas_threads": args.blas_threads}
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        line.update({"skipped": "torch not importable: %s" % e})
-        print(json.dumps(line, separators=(",", ":")), flush=True)
-        return 0
+
+
+def train(rank, args, store_dir):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    tp = args.tp
+    if tp > 1:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(store_dir, "store"),
+                                rank=rank, world_size=tp)
     torch.set_num_threads(args.omp_threads)
     torch.manual_seed(args.seed)
+
+    def all_reduce(t, op=None):
+        if tp > 1:
+            dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+        return t
+
+    class CopyToTp(torch.autograd.Function):  # identity; gradient summed over ranks
+        @staticmethod
+        def forward(ctx, x):
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            return all_reduce(g.contiguous())
+
+    class ReduceFromTp(torch.autograd.Function):  # sum over ranks; gradient as is
+        @staticmethod
+        def forward(ctx, x):
+            return all_reduce(x.contiguous())
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class VocabParallelCrossEntropy(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, logits, target, first):  # logits [N, V/tp] in f32
+            logits = logits.float()
+            local_max = logits.max(dim=-1)[0]
+            all_reduce(local_max, dist.ReduceOp.MAX if tp > 1 else None)
+            shifted = logits - local_max.unsqueeze(-1)
+            rel = target - first
+            mine = (rel >= 0) & (rel < logits.size(-1))
+            rel = rel.clamp(0, logits.size(-1) - 1)
+            picked = shifted.gather(-1, rel.unsqueeze(-1)).squeeze(-1) * mine
+            all_reduce(picked)
+            exp = shifted.exp()
+            sum_exp = all_reduce(exp.sum(dim=-1))
+            probs = exp / sum_exp.unsqueeze(-1)
+            ctx.save_for_backward(probs, rel, mine)
+            return (sum_exp.log() - picked).mean()
+
+        @staticmethod
+        def backward(ctx, g):
+            probs, rel, mine = ctx.saved_tensors
+            grad = probs.clone()
+            rows = torch.arange(grad.size(0))
+            grad[rows, rel] -= mine.float()
+            return grad * (g / grad.size(0)), None, None
+
     vocab, d, h, t, b = 256, args.d_model, args.n_heads, args.seq_len, args.batch
+    hl, ffl, vl, dl = h // tp, args.d_ff // tp, vocab // tp, d // tp
     std = 0.02
     out_std = std / math.sqrt(2.0 * args.n_layers)
 
     def normal(*shape, s=std):
-        return torch.nn.Parameter(torch.randn(*shape) * s)
+        return torch.randn(*shape) * s
 
-    def zeros(*shape):
-        return torch.nn.Parameter(torch.zeros(*shape))
+    def param(x):
+        return torch.nn.Parameter(x.contiguous())
 
-    def ones(*shape):
-        return torch.nn.Parameter(torch.ones(*shape))
+    def rows(x, n):  # this rank's block of n rows
+        return x[rank * n:(rank + 1) * n]
 
-    emb = normal(vocab, d)
-    pos = normal(t, d)
+    emb = param(rows(normal(vocab, d), vl))
+    pos = param(normal(t, d))
     blocks = []
     for _ in range(args.n_layers):
+        qkv_w = normal(3 * d, d)
         blocks.append({
-            "ln1_w": ones(d), "ln1_b": zeros(d),
-            "qkv_w": normal(3 * d, d), "qkv_b": zeros(3 * d),
-            "out_w": normal(d, d, s=out_std), "out_b": zeros(d),
-            "ln2_w": ones(d), "ln2_b": zeros(d),
-            "fc1_w": normal(args.d_ff, d), "fc1_b": zeros(args.d_ff),
-            "fc2_w": normal(d, args.d_ff, s=out_std), "fc2_b": zeros(d),
+            "ln1_w": param(torch.ones(d)), "ln1_b": param(torch.zeros(d)),
+            # [q | k | v], head-major: this rank's heads' rows of each.
+            "qkv_w": param(torch.cat([rows(z, dl) for z in qkv_w.split(d)])),
+            "qkv_b": param(torch.zeros(3 * dl)),
+            "out_w": param(rows(normal(d, d, s=out_std).t(), dl).t()),
+            "out_b": param(torch.zeros(d)),
+            "ln2_w": param(torch.ones(d)), "ln2_b": param(torch.zeros(d)),
+            "fc1_w": param(rows(normal(args.d_ff, d), ffl)), "fc1_b": param(torch.zeros(ffl)),
+            "fc2_w": param(rows(normal(d, args.d_ff, s=out_std).t(), ffl).t()),
+            "fc2_b": param(torch.zeros(d)),
         })
-    lnf_w, lnf_b = ones(d), zeros(d)
+    lnf_w, lnf_b = param(torch.ones(d)), param(torch.zeros(d))
+    sharded = [emb] + [blk[k] for blk in blocks
+                       for k in ("qkv_w", "qkv_b", "out_w", "fc1_w", "fc1_b", "fc2_w")]
     decay = [emb, pos] + [blk[k] for blk in blocks for k in ("qkv_w", "out_w", "fc1_w", "fc2_w")]
     no_decay = [lnf_w, lnf_b] + [blk[k] for blk in blocks
                                  for k in ("ln1_w", "ln1_b", "qkv_b", "out_b", "ln2_w", "ln2_b",
                                            "fc1_b", "fc2_b")]
-    n_params = sum(p.numel() for p in decay + no_decay)
+    params = decay + no_decay
+    sharded_ids = {id(p) for p in sharded}
+    n_params = sum(p.numel() * (tp if id(p) in sharded_ids else 1) for p in params)
     mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
     hd = d // h
+    first_vocab = rank * vl
 
     def loss_fn(tokens, targets):  # [B, T]
-        x = F.embedding(tokens, emb) + pos
+        if tp == 1:  # PyTorch's own path: no masking, F.cross_entropy below
+            x = F.embedding(tokens, emb) + pos
+        else:
+            inside = (tokens >= first_vocab) & (tokens < first_vocab + vl)
+            local = ((tokens - first_vocab) * inside).clamp(0, vl - 1)
+            x = ReduceFromTp.apply(F.embedding(local, emb) * inside.unsqueeze(-1)) + pos
         for blk in blocks:
             a = F.layer_norm(x, (d,), blk["ln1_w"], blk["ln1_b"], 1e-5)
-            qkv = F.linear(a, blk["qkv_w"], blk["qkv_b"])
-            q, k, v = (z.view(b, t, h, hd).transpose(1, 2) for z in qkv.split(d, dim=-1))
+            qkv = F.linear(CopyToTp.apply(a), blk["qkv_w"], blk["qkv_b"])
+            q, k, v = (z.reshape(b, t, hl, hd).transpose(1, 2) for z in qkv.split(dl, dim=-1))
             s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
             p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
-            ctx = (p @ v).transpose(1, 2).reshape(b, t, d)
-            x = x + F.linear(ctx, blk["out_w"], blk["out_b"])
+            ctx = (p @ v).transpose(1, 2).reshape(b, t, dl)
+            x = x + ReduceFromTp.apply(F.linear(ctx, blk["out_w"])) + blk["out_b"]
             m = F.layer_norm(x, (d,), blk["ln2_w"], blk["ln2_b"], 1e-5)
-            x = x + F.linear(F.gelu(F.linear(m, blk["fc1_w"], blk["fc1_b"])), blk["fc2_w"],
-                             blk["fc2_b"])
+            up = F.gelu(F.linear(CopyToTp.apply(m), blk["fc1_w"], blk["fc1_b"]))
+            x = x + ReduceFromTp.apply(F.linear(up, blk["fc2_w"])) + blk["fc2_b"]
         x = F.layer_norm(x, (d,), lnf_w, lnf_b, 1e-5)
-        logits = x @ emb.t()
-        return F.cross_entropy(logits.view(-1, vocab), targets.reshape(-1))
+        logits = CopyToTp.apply(x) @ emb.t()
+        if tp == 1:
+            return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        return VocabParallelCrossEntropy.apply(logits.reshape(-1, vl), targets.reshape(-1),
+                                               first_vocab)
+
+    def clip_grad_norm(max_norm):
+        sq_sharded = sum(p.grad.float().pow(2).sum() for p in params if id(p) in sharded_ids)
+        sq_replicated = sum(p.grad.float().pow(2).sum() for p in params
+                            if id(p) not in sharded_ids)
+        total = all_reduce(torch.as_tensor(sq_sharded).clone()) + sq_replicated
+        scale = max_norm / (total.sqrt() + 1e-6)
+        if scale < 1:
+            for p in params:
+                p.grad.mul_(scale)
 
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
@@ -113,8 +215,13 @@ def main():
         text += b"In the beginning God created the heaven and the earth.\n"
     data = torch.tensor(list(text[:int(len(text) * 0.9)]), dtype=torch.long)
     warmup, max_lr, min_lr = 1, 6e-3, 3e-4
+    autocast = args.dtype == "bf16"
+    if tp > 1:
+        dist.barrier()
     start = time.perf_counter()
+    loss_value = float("nan")
     for step in range(args.steps):
+        # Same generator state on every rank: same batch.
         starts = torch.randint(0, len(data) - t - 1, (b,))
         window = torch.stack([data[s:s + t + 1] for s in starts.tolist()])
         if step < warmup:
@@ -124,18 +231,49 @@ def main():
             lr = min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
             g["lr"] = lr
-        loss = loss_fn(window[:, :-1], window[:, 1:])
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(window[:, :-1], window[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(decay + no_decay, 1.0)
+        clip_grad_norm(1.0)
         opt.step()
-        loss.item()
+        loss_value = loss.item()
     elapsed = time.perf_counter() - start
-    line.update({"tokens_per_s": round(b * t * args.steps / elapsed, 1),
-                 "step_ms": round(1000.0 * elapsed / args.steps, 2), "params": n_params,
-                 "steps": args.steps, "batch": b, "seq_len": t, "d_model": d,
-                 "n_layers": args.n_layers, "torch": torch.__version__})
-    print(json.dumps(line, separators=(",", ":")), flush=True)
+    if rank == 0:
+        line = base_line(args)
+        line.update({"tokens_per_s": round(b * t * args.steps / elapsed, 1),
+                     "step_ms": round(1000.0 * elapsed / args.steps, 2),
+                     "final_loss": round(loss_value, 5), "params": n_params,
+                     "steps": args.steps, "batch": b, "seq_len": t, "d_model": d,
+                     "n_layers": args.n_layers, "torch": torch.__version__})
+        emit(line)
+    if tp > 1:
+        dist.destroy_process_group()
+
+
+def main():
+    args = parse_args()
+    os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
+    try:
+        import torch
+        import torch.multiprocessing as mp
+    except ImportError as e:
+        line = base_line(args)
+        line.update({"skipped": "torch not importable: %s" % e})
+        emit(line)
+        return 0
+    if args.n_heads % args.tp or args.d_ff % args.tp or args.d_model % args.n_heads:
+        print("gpt_pytorch: n_heads and d_ff must divide by --tp, d_model by n_heads",
+              file=sys.stderr)
+        return 2
+    if args.tp == 1:
+        train(0, args, None)
+        return 0
+    store_dir = tempfile.mkdtemp(prefix="gpt_pytorch_")
+    try:
+        mp.spawn(train, args=(args, store_dir), nprocs=args.tp, join=True)
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
     return 0
 
 

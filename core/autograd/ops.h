@@ -67,9 +67,14 @@ absl::StatusOr<Variable> LogSoftmax(const Variable& x, int64_t dim);
 absl::StatusOr<Variable> ScaledSoftmax(const Variable& x, double scale, bool causal);
 
 // ---- Matrix products ----
-// [M, K] x [K, N], or batched [B, M, K] x [B, K, N] / [B, M, K] x [K, N].
-// Transposed operands are cheap: pass ag::Transpose views.
-absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b);
+// op(a) x op(b): [M, K] x [K, N], or batched [B, M, K] x [B, K, N] /
+// [B, M, K] x [K, N], where op(x) is x, or x with its last two dims swapped
+// when trans_x. Transposed operands cost no copy either way (ag::Transpose
+// views work too), but the flags also keep the backward products in the
+// GEMM's fast shapes: with trans_b, b's gradient is one [K-major] product
+// instead of a transposed one.
+absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b, bool trans_a = false,
+                                bool trans_b = false);
 // x [..., in] @ weight[out, in]^T (+ bias[out] when defined) -> [..., out].
 absl::StatusOr<Variable> Linear(const Variable& x, const Variable& weight,
                                 const Variable& bias = Variable());

@@ -194,30 +194,54 @@ absl::StatusOr<Variable> LogSoftmax(const Variable& x, int64_t dim) {
       {x});
 }
 
-absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b) {
+absl::StatusOr<Variable> Matmul(const Variable& a, const Variable& b, bool trans_a,
+                                bool trans_b) {
   return ApplyOp(
       "Matmul",
-      [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
-        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(in[0], in[1]));
+      [trans_a, trans_b](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        TPX_ASSIGN_OR_RETURN(Tensor y, ops::Matmul(in[0], in[1], trans_a, trans_b));
         op.Save(
             {op.needs_input_grad(1) ? in[0] : Tensor(), op.needs_input_grad(0) ? in[1] : Tensor()});
         return Tensors{y};
       },
-      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+      [trans_a, trans_b](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        // C = op(A) op(B): d op(A) = dC op(B)^T and d op(B) = op(A)^T dC,
+        // each written so that the stored (untransposed) gradient comes out.
         Tensors d(2);
         const Tensor& a = op.Saved(0);
         const Tensor& b = op.Saved(1);
         if (op.needs_input_grad(0)) {
-          TPX_ASSIGN_OR_RETURN(d[0], ops::Matmul(g[0], b, false, /*trans_b=*/true));
+          if (trans_a && b.dim() == 2 && g[0].dim() == 3) {
+            // No 2-D x batched product: form d op(A) and store it transposed.
+            TPX_ASSIGN_OR_RETURN(Tensor dopa, ops::Matmul(g[0], b, false, !trans_b));
+            TPX_ASSIGN_OR_RETURN(dopa, dopa.Transpose(1, 2));
+            TPX_ASSIGN_OR_RETURN(d[0], dopa.Contiguous());
+          } else if (trans_a) {
+            TPX_ASSIGN_OR_RETURN(d[0], ops::Matmul(b, g[0], trans_b, /*trans_b=*/true));
+          } else {
+            TPX_ASSIGN_OR_RETURN(d[0], ops::Matmul(g[0], b, false, !trans_b));
+          }
         }
         if (op.needs_input_grad(1)) {
           if (a.dim() == 3 && op.input_shape(1).size() == 2) {
-            // b is shared by all batches: its gradient sums over them.
-            TPX_ASSIGN_OR_RETURN(Tensor a2, a.Reshape({-1, a.size(-1)}));
+            // b is shared by all batches: its gradient sums over them, one
+            // product over the batch-flattened rows of op(a) and dC.
+            Tensor rows = a;
+            if (trans_a) {
+              TPX_ASSIGN_OR_RETURN(Tensor at, a.Transpose(1, 2));
+              TPX_ASSIGN_OR_RETURN(rows, at.Contiguous());
+            }
+            TPX_ASSIGN_OR_RETURN(Tensor a2, rows.Reshape({-1, rows.size(-1)}));
             TPX_ASSIGN_OR_RETURN(Tensor g2, g[0].Reshape({-1, g[0].size(-1)}));
-            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a2, g2, /*trans_a=*/true, false));
+            if (trans_b) {
+              TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(g2, a2, /*trans_a=*/true, false));
+            } else {
+              TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a2, g2, /*trans_a=*/true, false));
+            }
+          } else if (trans_b) {
+            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(g[0], a, /*trans_a=*/true, trans_a));
           } else {
-            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a, g[0], /*trans_a=*/true, false));
+            TPX_ASSIGN_OR_RETURN(d[1], ops::Matmul(a, g[0], !trans_a, false));
           }
         }
         return d;

@@ -231,6 +231,24 @@ TEST_P(AgOpsTest, MatmulBatched) {
                        {RandomLeaf({2, 3, 4}, 41), RandomLeaf({4, 2}, 42)});
 }
 
+// Every transpose flag combination, 2-D, batched and with a shared 2-D b;
+// op(a) is [3, 4] and op(b) is [4, 2] in each product.
+TEST_P(AgOpsTest, MatmulTransposeFlags) {
+  uint32_t seed = 140;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const Shape a2 = ta ? Shape{4, 3} : Shape{3, 4}, b2 = tb ? Shape{2, 4} : Shape{4, 2};
+      const Shape a3 = ta ? Shape{2, 4, 3} : Shape{2, 3, 4};
+      const Shape b3 = tb ? Shape{2, 2, 4} : Shape{2, 4, 2};
+      auto product = [ta, tb](Inputs in) { return ag::Matmul(in[0], in[1], ta, tb); };
+      SCOPED_TRACE(testing::Message() << "trans_a=" << ta << " trans_b=" << tb);
+      ExpectGradientsMatch(product, {RandomLeaf(a2, ++seed), RandomLeaf(b2, ++seed)});
+      ExpectGradientsMatch(product, {RandomLeaf(a3, ++seed), RandomLeaf(b3, ++seed)});
+      ExpectGradientsMatch(product, {RandomLeaf(a3, ++seed), RandomLeaf(b2, ++seed)});
+    }
+  }
+}
+
 TEST_P(AgOpsTest, Linear) {
   ExpectGradientsMatch([](Inputs in) { return ag::Linear(in[0], in[1], in[2]); },
                        {RandomLeaf({2, 3, 4}, 43), RandomLeaf({5, 4}, 44), RandomLeaf({5}, 45)});

@@ -144,4 +144,21 @@ absl::Status CpuDeviceKernels::Gemm(int, bool trans_a, bool trans_b, int64_t m, 
                    ldc);
 }
 
+absl::Status CpuDeviceKernels::GemmBias(int, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                        int64_t k, DType ab_dtype, const void* a, int64_t lda,
+                                        const void* b, int64_t ldb, const void* bias, void* c,
+                                        int64_t ldc) {
+  return tpx::GemmBias(trans_a, trans_b, m, n, k, ab_dtype, a, lda, b, ldb, bias, c, ldc);
+}
+
+absl::Status CpuDeviceKernels::GemmBatched(int, int64_t batch, bool trans_a, bool trans_b,
+                                           int64_t m, int64_t n, int64_t k, float alpha,
+                                           DType ab_dtype, const void* a, int64_t lda,
+                                           int64_t stride_a, const void* b, int64_t ldb,
+                                           int64_t stride_b, float beta, DType c_dtype, void* c,
+                                           int64_t ldc, int64_t stride_c) {
+  return tpx::GemmBatched(batch, trans_a, trans_b, m, n, k, alpha, ab_dtype, a, lda, stride_a, b,
+                          ldb, stride_b, beta, c_dtype, c, ldc, stride_c);
+}
+
 }  // namespace tpx::cpu

@@ -51,6 +51,14 @@ class CpuDeviceKernels final : public DeviceKernels {
   absl::Status Gemm(int index, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     float alpha, DType ab_dtype, const void* a, int64_t lda, const void* b,
                     int64_t ldb, float beta, DType c_dtype, void* c, int64_t ldc) override;
+  absl::Status GemmBias(int index, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                        DType ab_dtype, const void* a, int64_t lda, const void* b, int64_t ldb,
+                        const void* bias, void* c, int64_t ldc) override;
+  absl::Status GemmBatched(int index, int64_t batch, bool trans_a, bool trans_b, int64_t m,
+                           int64_t n, int64_t k, float alpha, DType ab_dtype, const void* a,
+                           int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
+                           int64_t stride_b, float beta, DType c_dtype, void* c, int64_t ldc,
+                           int64_t stride_c) override;
 };
 
 }  // namespace tpx::cpu

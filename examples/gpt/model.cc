@@ -220,8 +220,10 @@ absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int
   TPX_ASSIGN_OR_RETURN(Variable q, heads(parts[0]));
   TPX_ASSIGN_OR_RETURN(Variable k, heads(parts[1]));
   TPX_ASSIGN_OR_RETURN(Variable v, heads(parts[2]));
-  TPX_ASSIGN_OR_RETURN(Variable kt, ag::Transpose(k, 1, 2));
-  TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, kt));
+  // q k^T as a transposed-operand product: k's gradient is then dS^T q, a
+  // [T, T] x [T, hd] product, not the slow [hd, T] x [T, T] one plus a
+  // transposed copy.
+  TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, k, false, /*trans_b=*/true));
   // Scale, causal mask and softmax in one pass.
   TPX_ASSIGN_OR_RETURN(Variable probs,
                        ag::ScaledSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(hd)),

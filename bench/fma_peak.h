@@ -1,0 +1,30 @@
+// The core's measured floating-point peak: a short chain of independent
+// FMAs (no memory traffic) timed on each of `threads` threads at once, with
+// the widest vector ISA this CPU has, chosen at run time (AVX-512 or
+// AVX2+FMA; bf16 with AVX512_BF16's vdpbf16ps when present). GEMM
+// benchmarks report their throughput as a fraction of it.
+//
+//   FmaPeak p = MeasureFmaPeak(/*threads=*/1);
+//   printf("%s f32 %.1f GFLOP/s\n", p.f32_isa.c_str(), p.f32_gflops);
+#ifndef TPX_BENCH_FMA_PEAK_H_
+#define TPX_BENCH_FMA_PEAK_H_
+
+#include <string>
+
+namespace tpx::bench {
+
+struct FmaPeak {
+  std::string f32_isa;      // "avx512", "avx2" or "none"
+  double f32_gflops = 0;    // all threads together; 0 when no FMA ISA
+  std::string bf16_isa;     // "avx512_bf16" or "none"
+  double bf16_gflops = 0;   // bf16 products, f32 accumulation; 0 when unsupported
+};
+
+// `threads` threads run the chain at once; each keeps its best of many
+// short rounds (a peak is a maximum, and the host may be shared) and the
+// result is the sum of those bests.
+FmaPeak MeasureFmaPeak(int threads);
+
+}  // namespace tpx::bench
+
+#endif  // TPX_BENCH_FMA_PEAK_H_
