@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +63,9 @@ struct RankProcesses::Stream {
 struct RankProcesses::Rank {
   RankExit exit;
   bool running = false;
+  // Readable once the process exited, so that Supervise wakes at once
+  // instead of at its next round; -1 where the kernel has no pidfd_open.
+  int pid_fd = -1;
   int report_fd = -1;
   Stream out, err;
 };
@@ -111,6 +115,15 @@ std::vector<std::string> ChildEnvironment(const RankEnv& env) {
   return out;
 }
 
+// A pidfd for `pid` (close-on-exec), or -1.
+int PidFd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  return -1;
+#endif
+}
+
 // SIGINT/SIGTERM arrive here while Supervise forwards them: the handler
 // only writes the signal number into a pipe the supervise loop polls.
 int g_signal_pipe[2] = {-1, -1};
@@ -129,7 +142,7 @@ RankProcesses::~RankProcesses() {
       ::kill(options_.own_process_group ? -r.exit.pid : r.exit.pid, SIGKILL);
       ::waitpid(r.exit.pid, nullptr, 0);
     }
-    for (int fd : {r.report_fd, r.out.fd, r.err.fd}) {
+    for (int fd : {r.pid_fd, r.report_fd, r.out.fd, r.err.fd}) {
       if (fd >= 0) ::close(fd);
     }
   }
@@ -151,7 +164,7 @@ absl::Status RankProcesses::Start(int rank, const std::function<void()>& child) 
   const pid_t pid = ::fork();
   if (pid == 0) {
     for (const Rank& other : ranks_) {
-      for (int fd : {other.report_fd, other.out.fd, other.err.fd}) {
+      for (int fd : {other.pid_fd, other.report_fd, other.out.fd, other.err.fd}) {
         if (fd >= 0) ::close(fd);
       }
     }
@@ -182,6 +195,7 @@ absl::Status RankProcesses::Start(int rank, const std::function<void()>& child) 
   if (options_.own_process_group) ::setpgid(pid, pid);
   r.exit.pid = pid;
   r.running = true;
+  r.pid_fd = PidFd(pid);  // close-on-exec
   r.out = {out_pipe[0], options_.out, ""};
   r.err = {err_pipe[0], options_.err, ""};
   ranks_.push_back(std::move(r));
@@ -275,11 +289,12 @@ JobResult RankProcesses::Supervise(const SuperviseOptions& options) {
     std::vector<pollfd> fds;
     if (g_signal_pipe[0] >= 0) fds.push_back({g_signal_pipe[0], POLLIN, 0});
     for (const Rank& r : ranks_) {
-      for (int fd : {r.report_fd, r.out.fd, r.err.fd}) {
+      for (int fd : {r.running ? r.pid_fd : -1, r.report_fd, r.out.fd, r.err.fd}) {
         if (fd >= 0) fds.push_back({fd, POLLIN, 0});
       }
     }
-    ::poll(fds.data(), fds.size(), 20);  // also paces the waitpid and watch rounds
+    // Wakes when a rank exits or writes; otherwise paces the watch rounds.
+    ::poll(fds.data(), fds.size(), 20);
     unsigned char sig;
     while (g_signal_pipe[0] >= 0 && ::read(g_signal_pipe[0], &sig, 1) == 1) {
       log(absl::StrCat("got signal ", sig, ", forwarding to all ranks"));
@@ -309,6 +324,10 @@ JobResult RankProcesses::Supervise(const SuperviseOptions& options) {
       if (!r.running || ::waitpid(r.exit.pid, &status, WNOHANG) != r.exit.pid) continue;
       r.running = false;
       --running;
+      if (r.pid_fd >= 0) {
+        ::close(r.pid_fd);
+        r.pid_fd = -1;
+      }
       if (WIFEXITED(status)) r.exit.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) r.exit.signal = WTERMSIG(status);
       // All it wrote is in the pipe now; a process it left behind may hold

@@ -1,5 +1,6 @@
 #include "testing/multiprocess.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -70,6 +71,10 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
   std::shared_ptr<comm::Store> shared_store = std::move(*store);
   // Test ranks talk over loopback only; UCX would otherwise open every interface.
   ::setenv("UCX_NET_DEVICES", "lo", /*overwrite=*/0);
+  // Ranks on one host talk through UCX's sysv shared memory and cma, which
+  // UCX prefers to its posix shared memory; leaving posix out spares each
+  // rank zero-filling a posix segment of a few MiB it would never use.
+  ::setenv("UCX_TLS", "^posix", /*overwrite=*/0);
   auto plugin = comm::LoadPlugin(options.backend);
   if (!plugin.ok()) fail(std::string(plugin.status().ToString()));
   comm::CommOptions comm_options;
@@ -99,17 +104,13 @@ std::string FormatFailures(const ::testing::TestPartResultArray& results) {
   WriteAll(result_fd, failures);
   // Leave together: a rank's last messages may still be in flight to a
   // peer. Skip the orderly teardown when a peer is gone (failure tests).
-  bool all_done = shared_store->Add("tpx_harness/done", 1).ok() &&
-                  [&] {
-                    absl::Time deadline = absl::Now() + options.comm_timeout;
-                    while (absl::Now() < deadline) {
-                      auto n = shared_store->Add("tpx_harness/done", 0);
-                      if (!n.ok()) return false;
-                      if (*n >= size) return true;
-                      absl::SleepFor(absl::Milliseconds(2));
-                    }
-                    return false;
-                  }();
+  // The last rank to arrive says so; the others wait for that in the store.
+  const std::string all_arrived = "tpx_harness/all_done";
+  bool all_done = false;
+  if (absl::StatusOr<int64_t> arrived = shared_store->Add("tpx_harness/done", 1); arrived.ok()) {
+    all_done = (*arrived < size || shared_store->Set(all_arrived, "1").ok()) &&
+               shared_store->Wait({all_arrived}, options.comm_timeout).ok();
+  }
   if (all_done) comm->reset();
   std::fflush(stdout);
   std::fflush(stderr);
@@ -137,6 +138,26 @@ absl::StatusOr<std::unique_ptr<comm::TcpStoreServer>> ListenInNetns(const std::s
   return server;
 }
 
+// Loads the UCX plugin's library (and the UCX libraries it links) into this
+// process without running its entry point, so that ranks forked later find
+// it loaded instead of loading and relocating it each (a good part of a
+// rank's start). Loading UCX starts no thread; its context is made by each
+// rank. Other backends' libraries (CUDA) are left to the ranks. Best effort:
+// a plugin that cannot be loaded is reported by the ranks as before.
+void PreloadPlugin(const std::string& backend) {
+  static bool preloaded = false;
+  if (backend != "ucx" || preloaded) return;
+  preloaded = true;
+  // Read when UCX is loaded: its InfiniBand and RDMA-CM transport modules
+  // serve no loopback device.
+  ::setenv("UCX_MODULES", "^ib,rdmacm", /*overwrite=*/0);
+  for (const std::string& path : comm::PluginSearchPaths(backend)) {
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    return;
+  }
+}
+
 }  // namespace
 
 std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(RankContext&)>& body,
@@ -149,6 +170,7 @@ std::vector<RankOutcome> RunOnRanks(int world_size, const std::function<void(Ran
     ADD_FAILURE() << "cannot host the test store: " << server.status();
     return outcomes;
   }
+  PreloadPlugin(options.backend);
   launch::RankProcesses ranks;
   for (int r = 0; r < world_size; ++r) {
     absl::Status forked = ranks.Fork(r, [&, r](int result_fd) -> int {

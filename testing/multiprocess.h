@@ -13,7 +13,11 @@
 // The parent forks the ranks before it starts any thread, then hosts the
 // TcpStore they rendezvous through. Each rank loads the backend plugin
 // (found through runfiles: declare the test with tpx_multirank_test from
-// testing/multirank_test.bzl), creates the world communicator and runs the body. Ranks that
+// testing/multirank_test.bzl), creates the world communicator and runs the body.
+// A fresh set of ranks per call costs tens of milliseconds, so for UCX the
+// parent loads the plugin's libraries once for all ranks it forks, and ranks
+// keep UCX to what one host uses (UCX_NET_DEVICES=lo, UCX_TLS=^posix,
+// UCX_MODULES=^ib,rdmacm; the environment's own values win). Ranks that
 // crash, exit early or outlive the deadline are killed and reported. For
 // failure tests, a rank can be made to die at a named point
 // (RunOptions::kill_rank / kill_point, RankContext::KillPoint). With a
