@@ -29,6 +29,7 @@
 #include "comm/plugin_communicator.h"
 #include "comm/plugin_loader.h"
 #include "core/autograd/engine.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
 #include "loss/cross_entropy.h"
@@ -62,7 +63,7 @@ absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t
   loss::CrossEntropyOptions opts;
   opts.vocab_size = vocab;
   opts.in_place_grad = in_place;
-  opts.num_threads = threads;
+  SetGemmThreads(threads);  // the loss kernels split tokens over these
   std::vector<double> times, fwd;
   for (int r = 0; r <= reps; ++r) {
     if (in_place) std::memcpy(work.raw_data(), pristine.raw_data(), pristine.nbytes());

@@ -180,10 +180,11 @@ absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y
 // on another shard / the row is ignored (not read, zero gradient).
 inline constexpr int64_t kTargetElsewhere = -1;
 inline constexpr int64_t kTargetIgnored = -2;
-// Per row of logits [rows, v] (floating, v >= 1): f32 [rows, 4] =
+// Per row of logits [rows, v] (floating): f32 [rows, 4] =
 // {m = max, sum exp(x - m), sum (x - m), x[target] or 0}, in f32; target is
 // i64 [rows] with a column in [0, v) or one of the codes above (an ignored
-// row gives {-inf, 0, 0, 0}; a row of -inf logits {-inf, 0, 0, x[target]}).
+// row, or any row when v == 0, gives {-inf, 0, 0, 0}; a row of -inf logits
+// {-inf, 0, 0, x[target]}).
 absl::StatusOr<Tensor> CrossEntropyStats(const Tensor& logits, const Tensor& target);
 // Gradient of the logits, in their dtype and shape: per row
 // g * (exp(x - lse) - smooth_over_k) - [j == target] * g * target_coeff, 0

@@ -15,14 +15,14 @@ using internal::CheckFloating;
 using internal::CheckInput;
 using internal::CheckSameDType;
 
-// logits as [rows, v] with v >= 1, and target as i64 [rows].
+// logits as [rows, v], and target as i64 [rows].
 absl::Status CheckCrossEntropyArgs(const Tensor& logits, const Tensor& target, const char* op) {
   TPX_RETURN_IF_ERROR(CheckInput(logits, op, "logits"));
   TPX_RETURN_IF_ERROR(CheckFloating(logits, op, "logits"));
   TPX_RETURN_IF_ERROR(CheckInput(target, op, "target"));
-  if (logits.dim() != 2 || logits.size(1) < 1) {
+  if (logits.dim() != 2) {
     return absl::InvalidArgumentError(
-        absl::StrCat(op, ": logits must be [rows, v] with v >= 1, got ", logits.ToString()));
+        absl::StrCat(op, ": logits must be [rows, v], got ", logits.ToString()));
   }
   if (target.dtype() != DType::kI64 || target.shape() != Shape{logits.size(0)}) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": target must be i64 [",

@@ -1,7 +1,6 @@
 #include "rng/dropout.h"
 
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,44 +13,21 @@
 namespace tpx::rng {
 namespace {
 
-// out[i] = x[i] * keep[i] * scale, in f32, rounded once to x's dtype.
-template <typename T>
-void ApplyMaskTyped(const Tensor& x, const bool* keep, float scale, const Tensor& out) {
-  const T* in = x.data<T>();
-  T* o = out.data<T>();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, float>) {
-      o[i] = keep[i] ? in[i] * scale : 0.f;
-    } else {
-      o[i] = T::FromFloat(keep[i] ? in[i].ToFloat() * scale : 0.f);
-    }
-  }
-}
-
-// Other devices: the same arithmetic (x * scale in f32, one rounding) through
-// core ops, with the host-drawn mask copied over.
+// Devices without the fused kernel: the same arithmetic (x * scale in f32,
+// one rounding) through core ops; keep is on x's device.
 absl::StatusOr<Tensor> ApplyMaskWithOps(const Tensor& x, const Tensor& keep, float scale) {
-  TPX_ASSIGN_OR_RETURN(Tensor keep_here, keep.To(x.device()));
-  TPX_ASSIGN_OR_RETURN(Tensor drop, ops::LogicalNot(keep_here));
+  TPX_ASSIGN_OR_RETURN(Tensor drop, ops::LogicalNot(keep));
   TPX_ASSIGN_OR_RETURN(Tensor scaled, ops::Scale(x, scale));
   return ops::MaskedFill(scaled, drop, 0.0);
 }
 
-absl::StatusOr<Tensor> ApplyMask(const Tensor& x_in, const Tensor& keep, float scale) {
-  if (!x_in.device().is_cpu()) return ApplyMaskWithOps(x_in, keep, scale);
-  TPX_ASSIGN_OR_RETURN(Tensor x, x_in.Contiguous());
-  TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(x.shape(), x.dtype()));
-  const bool* k = keep.data<bool>();
-  switch (x.dtype()) {
-    case DType::kF32: ApplyMaskTyped<float>(x, k, scale, out); break;
-    case DType::kBF16: ApplyMaskTyped<BF16>(x, k, scale, out); break;
-    case DType::kF16: ApplyMaskTyped<F16>(x, k, scale, out); break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("Dropout: needs a floating tensor, got ", x.ToString()));
-  }
-  return out;
+// x * keep * scale with the host-drawn mask copied to x's device: the
+// device's fused kernel (ops::DropoutAdd), else core ops.
+absl::StatusOr<Tensor> ApplyMask(const Tensor& x, const Tensor& keep, float scale) {
+  TPX_ASSIGN_OR_RETURN(Tensor keep_here, keep.To(x.device()));
+  absl::StatusOr<Tensor> fused = ops::DropoutAdd(x, Tensor(), keep_here, Tensor(), scale);
+  if (!absl::IsUnimplemented(fused.status())) return fused;
+  return ApplyMaskWithOps(x, keep_here, scale);
 }
 
 class DropoutFn final : public Function {

@@ -19,8 +19,9 @@
 
 namespace tpx::rng {
 
-// The mask is drawn on the host (the same on every device); on the CPU one
-// fused loop applies it, on other devices core ops do.
+// The mask is drawn on the host (the same on every device) and applied by
+// the device's fused kernel (ops::DropoutAdd), or by core ops on devices
+// without it.
 // Errors: p outside [0, 1); x not floating; shard not matching x.
 absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training = true,
                                  const ShardSpec* shard = nullptr);
