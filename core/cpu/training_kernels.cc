@@ -3,7 +3,7 @@
 // (rng/dropout.cc). One pass over memory each, rows or element ranges split
 // over the kernel threads (core/cpu/parallel.h), bf16/f16 read and written in
 // place (converted in registers, arithmetic in f32). Loops are compiled per
-// ISA (TPX_VECTOR_CLONES): the cloned wrappers inline one template body each.
+// ISA (TPX_VECTOR_CLONES).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -74,7 +74,7 @@ TPX_VEC_INLINE void SumExpShifted(const float* x, int64_t n, float m, float* sum
 // One read of a row: the running max is updated per chunk and the partial
 // sums are rescaled to it. Writes {max, sum exp, sum shifted, target logit}.
 template <typename T>
-TPX_VEC_INLINE void CrossEntropyRowStats(const T* x, int64_t v, int64_t target, float* out) {
+TPX_VECTOR_CLONES void RowStats(const T* x, int64_t v, int64_t target, float* out) {
   float buf[kChunk];
   float m = kNegInf, s = 0.f, sd = 0.f;
   int64_t seen = 0;
@@ -103,65 +103,14 @@ TPX_VEC_INLINE void CrossEntropyRowStats(const T* x, int64_t v, int64_t target, 
   out[3] = target >= 0 ? static_cast<float>(Load(x[target])) : 0.f;
 }
 
-TPX_VECTOR_CLONES
-void CrossEntropyRowStatsF32(const float* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStats(x, v, t, out);
-}
-TPX_VECTOR_CLONES
-void CrossEntropyRowStatsBF16(const BF16* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStats(x, v, t, out);
-}
-TPX_VECTOR_CLONES
-void CrossEntropyRowStatsF16(const F16* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStats(x, v, t, out);
-}
-void RowStats(const float* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStatsF32(x, v, t, out);
-}
-void RowStats(const BF16* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStatsBF16(x, v, t, out);
-}
-void RowStats(const F16* x, int64_t v, int64_t t, float* out) {
-  CrossEntropyRowStatsF16(x, v, t, out);
-}
-
 // dx_j = g * (exp(x_j - lse) - smooth_over_k) - [j == target] * g * target_coeff.
 template <typename T>
-TPX_VEC_INLINE void CrossEntropyRowGrad(const T* x, T* dx, int64_t v, float lse, float g,
-                                        float smooth_over_k, float target_coeff,
-                                        int64_t target) {
+TPX_VECTOR_CLONES void RowGrad(const T* x, T* dx, int64_t v, float lse, float g,
+                               float smooth_over_k, float target_coeff, int64_t target) {
   for (int64_t j = 0; j < v; ++j) {
     dx[j] = StoreAs<T>(g * (Exp(Load(x[j]) - lse) - smooth_over_k));
   }
   if (target >= 0) dx[target] = StoreAs<T>(Load(dx[target]) - g * target_coeff);
-}
-
-TPX_VECTOR_CLONES
-void CrossEntropyRowGradF32(const float* x, float* dx, int64_t v, float lse, float g, float sk,
-                            float tc, int64_t t) {
-  CrossEntropyRowGrad(x, dx, v, lse, g, sk, tc, t);
-}
-TPX_VECTOR_CLONES
-void CrossEntropyRowGradBF16(const BF16* x, BF16* dx, int64_t v, float lse, float g, float sk,
-                             float tc, int64_t t) {
-  CrossEntropyRowGrad(x, dx, v, lse, g, sk, tc, t);
-}
-TPX_VECTOR_CLONES
-void CrossEntropyRowGradF16(const F16* x, F16* dx, int64_t v, float lse, float g, float sk,
-                            float tc, int64_t t) {
-  CrossEntropyRowGrad(x, dx, v, lse, g, sk, tc, t);
-}
-void RowGrad(const float* x, float* dx, int64_t v, float lse, float g, float sk, float tc,
-             int64_t t) {
-  CrossEntropyRowGradF32(x, dx, v, lse, g, sk, tc, t);
-}
-void RowGrad(const BF16* x, BF16* dx, int64_t v, float lse, float g, float sk, float tc,
-             int64_t t) {
-  CrossEntropyRowGradBF16(x, dx, v, lse, g, sk, tc, t);
-}
-void RowGrad(const F16* x, F16* dx, int64_t v, float lse, float g, float sk, float tc,
-             int64_t t) {
-  CrossEntropyRowGradF16(x, dx, v, lse, g, sk, tc, t);
 }
 
 // A freshly mapped gradient buffer as large as the logits costs one page
@@ -180,7 +129,7 @@ void AdviseHugePages(void* data, size_t bytes) {
 // ---- AdamW. ----
 
 template <typename G>
-TPX_VEC_INLINE void AdamWRange(float* p, const G* g, float* m, float* s, BF16* working,
+TPX_VECTOR_CLONES void AdamWRange(float* p, const G* g, float* m, float* s, BF16* working,
                                int64_t n, const AdamWCoefficients& c) {
   const float decay = c.decay, b1 = c.beta1, b2 = c.beta2, step = c.step_size;
   const float inv_sqrt_bias2 = c.inv_sqrt_bias2, eps = c.eps;
@@ -195,17 +144,6 @@ TPX_VEC_INLINE void AdamWRange(float* p, const G* g, float* m, float* s, BF16* w
   if (working != nullptr) {
     for (int64_t j = 0; j < n; ++j) working[j] = BF16::FromFloat(p[j]);
   }
-}
-
-TPX_VECTOR_CLONES
-void AdamWRangeF32Grad(float* p, const float* g, float* m, float* s, BF16* w, int64_t n,
-                       const AdamWCoefficients& c) {
-  AdamWRange(p, g, m, s, w, n, c);
-}
-TPX_VECTOR_CLONES
-void AdamWRangeBF16Grad(float* p, const BF16* g, float* m, float* s, BF16* w, int64_t n,
-                        const AdamWCoefficients& c) {
-  AdamWRange(p, g, m, s, w, n, c);
 }
 
 // Elements per AdamW block: the working-weight store re-reads p from L1.
@@ -229,7 +167,7 @@ TPX_VEC_INLINE void DropoutAddRange(T* out, const T* x, const T* bias, const boo
 // The eight variants of one dtype, chosen per call (the branches stay out of
 // the element loop).
 template <typename T>
-TPX_VEC_INLINE void DropoutAddAny(T* out, const T* x, const T* bias, const bool* keep,
+TPX_VECTOR_CLONES void DropoutAddAny(T* out, const T* x, const T* bias, const bool* keep,
                                   const T* residual, int64_t n, float scale) {
   const int variant = (bias != nullptr ? 4 : 0) | (keep != nullptr ? 2 : 0) |
                       (residual != nullptr ? 1 : 0);
@@ -243,34 +181,6 @@ TPX_VEC_INLINE void DropoutAddAny(T* out, const T* x, const T* bias, const bool*
     case 6: DropoutAddRange<T, true, true, false>(out, x, bias, keep, residual, n, scale); break;
     default: DropoutAddRange<T, true, true, true>(out, x, bias, keep, residual, n, scale); break;
   }
-}
-
-TPX_VECTOR_CLONES
-void DropoutAddF32(float* out, const float* x, const float* bias, const bool* keep,
-                   const float* residual, int64_t n, float scale) {
-  DropoutAddAny(out, x, bias, keep, residual, n, scale);
-}
-TPX_VECTOR_CLONES
-void DropoutAddBF16(BF16* out, const BF16* x, const BF16* bias, const bool* keep,
-                    const BF16* residual, int64_t n, float scale) {
-  DropoutAddAny(out, x, bias, keep, residual, n, scale);
-}
-TPX_VECTOR_CLONES
-void DropoutAddF16(F16* out, const F16* x, const F16* bias, const bool* keep,
-                   const F16* residual, int64_t n, float scale) {
-  DropoutAddAny(out, x, bias, keep, residual, n, scale);
-}
-void DropoutAddTyped(float* o, const float* x, const float* b, const bool* k, const float* r,
-                     int64_t n, float s) {
-  DropoutAddF32(o, x, b, k, r, n, s);
-}
-void DropoutAddTyped(BF16* o, const BF16* x, const BF16* b, const bool* k, const BF16* r,
-                     int64_t n, float s) {
-  DropoutAddBF16(o, x, b, k, r, n, s);
-}
-void DropoutAddTyped(F16* o, const F16* x, const F16* b, const bool* k, const F16* r, int64_t n,
-                     float s) {
-  DropoutAddF16(o, x, b, k, r, n, s);
 }
 
 // Elements per dropout piece without a bias (with one, a piece is a bias row).
@@ -348,9 +258,9 @@ absl::Status CpuDeviceKernels::AdamWStep(const Tensor& param, const Tensor& grad
       const int64_t len = std::min(kAdamWBlock, n - j);
       BF16* wj = w != nullptr ? w + j : nullptr;
       if (bf16_grad) {
-        AdamWRangeBF16Grad(p + j, grad.data<BF16>() + j, m + j, s + j, wj, len, c);
+        AdamWRange(p + j, grad.data<BF16>() + j, m + j, s + j, wj, len, c);
       } else {
-        AdamWRangeF32Grad(p + j, grad.data<float>() + j, m + j, s + j, wj, len, c);
+        AdamWRange(p + j, grad.data<float>() + j, m + j, s + j, wj, len, c);
       }
     }
   });
@@ -373,7 +283,7 @@ absl::Status CpuDeviceKernels::DropoutAdd(const Tensor& out, const Tensor& x, co
       for (int64_t q = first; q < last; ++q) {
         const int64_t i = q * piece;
         const int64_t len = std::min(piece, n - i);
-        DropoutAddTyped(o + i, xp + i, b, k != nullptr ? k + i : nullptr,
+        DropoutAddAny(o + i, xp + i, b, k != nullptr ? k + i : nullptr,
                         r != nullptr ? r + i : nullptr, len, scale);
       }
     });

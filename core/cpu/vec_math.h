@@ -6,7 +6,7 @@
 #include <bit>
 #include <cstdint>
 
-// Compiles a (non-template, non-inline) function twice, for AVX-512
+// Compiles a (non-inline; templates too) function twice, for AVX-512
 // (x86-64-v4) and for the build's baseline, and picks one when the program
 // loads (an ifunc), so hot loops use the widest vectors the CPU has
 // without building for one fixed -march.
