@@ -48,6 +48,16 @@ absl::Status DeviceKernels::ScaledSoftmaxBackward(const Tensor&, const Tensor&, 
   return NotOnThisDevice("ScaledSoftmaxBackward");
 }
 
+absl::Status DeviceKernels::BiasGelu(const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                     int64_t) {
+  return NotOnThisDevice("BiasGelu");
+}
+
+absl::Status DeviceKernels::BiasGeluBackward(const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, int64_t, int64_t) {
+  return NotOnThisDevice("BiasGeluBackward");
+}
+
 absl::Status DeviceKernels::CrossEntropyStats(const Tensor&, const Tensor&, const Tensor&,
                                               int64_t, int64_t) {
   return NotOnThisDevice("CrossEntropyStats");

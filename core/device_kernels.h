@@ -115,6 +115,14 @@ class DeviceKernels {
                                              const Tensor& y, int64_t rows, int64_t n,
                                              double scale);
 
+  // y = GeLU(x + bias) (exact GeLU, core/kernel_ops.h) over rows of x [rows,
+  // h]; y, x and bias [h] share a floating dtype; computed in f32.
+  virtual absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias,
+                                int64_t rows, int64_t h);
+  // Its gradient: dx = grad * GeLU'(x + bias), all of x's dtype.
+  virtual absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& grad, const Tensor& x,
+                                        const Tensor& bias, int64_t rows, int64_t h);
+
   // ---- Fused training kernels of the loss, the optimizer and dropout
   // (loss/, optim/, rng/), reached through core/ops.h ("Fused training
   // kernels"). Same contract as the fused transformer kernels: the defaults

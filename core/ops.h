@@ -170,6 +170,12 @@ absl::StatusOr<Tensor> ScaledSoftmax(const Tensor& x, double scale, bool causal)
 // scale 1): the gradient of x, scale * y * (grad - sum(grad * y, -1)).
 absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale);
 
+// GeLU(x + bias) with bias [size(-1)] of x's (floating) dtype, in one pass
+// (Megatron's bias-GeLU fusion: the bias leaves the GEMM).
+absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias);
+// Its gradient of x (and, summed over rows, of bias): grad * GeLU'(x + bias).
+absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias);
+
 // ---------------- Fused training kernels ----------------
 // The per-token loop of the vocab-parallel loss (loss/), the AdamW update
 // (optim/) and dropout with its bias and residual (rng/), one pass over

@@ -1,5 +1,6 @@
 // CPU DeviceKernels: the fused transformer kernels (layer norm forward and
-// backward, scaled and causal softmax forward and backward). Each walks a
+// backward, scaled and causal softmax forward and backward, bias + GeLU
+// forward and backward). Each walks a
 // row once or twice, reading and writing bf16/f16 in place and computing in
 // f32, instead of the five to twelve passes and temporaries of the composed
 // ops, and rows are split over the kernel threads. Row loops are compiled
@@ -121,6 +122,21 @@ TPX_VECTOR_CLONES void SoftmaxRow(const T* x, T* y, float* e, int64_t valid, int
 }
 
 // dx = scale * y * (g - sum(g * y)).
+// y = GeLU(x + b) over a row.
+template <typename T>
+TPX_VECTOR_CLONES void BiasGeluRow(const T* x, const T* b, T* y, int64_t h) {
+  for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>(Gelu(Load(x[j]) + Load(b[j])));
+}
+
+// dx = g * GeLU'(x + b) over a row.
+template <typename T>
+TPX_VECTOR_CLONES void BiasGeluBackwardRow(const T* g, const T* x, const T* b, T* dx,
+                                           int64_t h) {
+  for (int64_t j = 0; j < h; ++j) {
+    dx[j] = StoreAs<T>(Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])));
+  }
+}
+
 template <typename T>
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const T* g, const T* y, T* dx, int64_t n,
                                           float scale) {
@@ -240,6 +256,38 @@ absl::Status CpuDeviceKernels::ScaledSoftmaxBackward(const Tensor& dx, const Ten
     ParallelFor(rows, n, [&](int64_t first, int64_t last) {
       for (int64_t r = first; r < last; ++r) {
         SoftmaxBackwardRow(gp + r * n, yp + r * n, dp + r * n, n, s);
+      }
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias,
+                                        int64_t rows, int64_t h) {
+  DispatchFloat(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    const T* bp = bias.data<T>();
+    T* yp = y.data<T>();
+    ParallelFor(rows, h, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) BiasGeluRow(xp + r * h, bp, yp + r * h, h);
+    });
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& grad,
+                                                const Tensor& x, const Tensor& bias, int64_t rows,
+                                                int64_t h) {
+  DispatchFloat(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = grad.data<T>();
+    const T* xp = x.data<T>();
+    const T* bp = bias.data<T>();
+    T* dp = dx.data<T>();
+    ParallelFor(rows, h, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) {
+        BiasGeluBackwardRow(gp + r * h, xp + r * h, bp, dp + r * h, h);
       }
     });
   });
