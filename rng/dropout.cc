@@ -55,6 +55,65 @@ class DropoutFn final : public Function {
   Tensor keep_;
 };
 
+// y = residual + Dropout(x + bias) (Megatron's bias-dropout-add). Inputs:
+// x, residual[, bias].
+class BiasDropoutAddFn final : public Function {
+ public:
+  BiasDropoutAddFn(double p, bool training, const ShardSpec* shard)
+      : p_(p), training_(training), shard_(shard) {}
+  std::string name() const override { return "BiasDropoutAdd"; }
+
+  absl::StatusOr<std::vector<Tensor>> Forward(absl::Span<const Tensor> in) override {
+    const Tensor& x = in[0];
+    const Tensor& residual = in[1];
+    const Tensor bias = in.size() > 2 ? in[2] : Tensor();
+    bias_shape_ = bias.defined() ? bias.shape() : Shape();
+    if (Dropping()) {
+      TPX_ASSIGN_OR_RETURN(Tensor keep, DropoutMask(x.shape(), p_, ActiveGenerator(), shard_));
+      TPX_ASSIGN_OR_RETURN(keep_, keep.To(x.device()));
+    }
+    absl::StatusOr<Tensor> y = ops::DropoutAdd(x, bias, keep_, residual, Scale());
+    if (!absl::IsUnimplemented(y.status())) {
+      TPX_RETURN_IF_ERROR(y.status());
+      return std::vector<Tensor>{*std::move(y)};
+    }
+    Tensor h = x;
+    if (bias.defined()) {
+      TPX_ASSIGN_OR_RETURN(h, ops::Add(x, bias));
+    }
+    if (Dropping()) {
+      TPX_ASSIGN_OR_RETURN(h, ApplyMaskWithOps(h, keep_, Scale()));
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor out, ops::Add(h, residual));
+    return std::vector<Tensor>{out};
+  }
+
+  absl::StatusOr<std::vector<Tensor>> Backward(absl::Span<const Tensor> g) override {
+    Tensor dx = g[0];
+    if (Dropping()) {
+      TPX_ASSIGN_OR_RETURN(dx, ApplyMask(g[0], keep_, Scale()));
+    }
+    std::vector<Tensor> out{dx, g[0]};
+    if (num_inputs() > 2) {
+      TPX_ASSIGN_OR_RETURN(Tensor db, ops::SumTo(dx, bias_shape_));
+      out.push_back(db);
+    }
+    return out;
+  }
+
+ protected:
+  void ReleaseSavedState() override { keep_ = Tensor(); }
+
+ private:
+  bool Dropping() const { return training_ && p_ > 0.0; }
+  float Scale() const { return Dropping() ? static_cast<float>(1.0 / (1.0 - p_)) : 1.0f; }
+  double p_;
+  bool training_;
+  const ShardSpec* shard_;  // only used during Forward
+  Shape bias_shape_;
+  Tensor keep_;  // on x's device; undefined when nothing is dropped
+};
+
 }  // namespace
 
 absl::StatusOr<Tensor> DropoutMask(const Shape& shape, double p, Generator& gen,
@@ -90,6 +149,22 @@ absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training,
         absl::StrCat("Dropout: needs a floating tensor, got ", x.value().ToString()));
   }
   return Apply(std::make_shared<DropoutFn>(p, shard), {x});
+}
+
+absl::StatusOr<Variable> BiasDropoutAdd(const Variable& x, const Variable& bias,
+                                        const Variable& residual, double p, bool training,
+                                        const ShardSpec* shard) {
+  if (!(p >= 0.0 && p < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BiasDropoutAdd: p must be in [0, 1), got ", p));
+  }
+  if (!x.defined() || !residual.defined() || !IsFloatingPoint(x.dtype())) {
+    return absl::InvalidArgumentError(
+        "BiasDropoutAdd: x and residual must be defined floating Variables");
+  }
+  auto fn = std::make_shared<BiasDropoutAddFn>(p, training, shard);
+  if (bias.defined()) return Apply(fn, {x, residual, bias});
+  return Apply(fn, {x, residual});
 }
 
 }  // namespace tpx::rng
