@@ -14,16 +14,12 @@ using internal::CheckFloating;
 using internal::CheckInput;
 using internal::CheckSameDType;
 
-// weight or bias as f32 [h] (undefined stays undefined).
-absl::StatusOr<Tensor> FeatureParam(const Tensor& p, int64_t h, const Tensor& x, const char* op,
+// weight or bias of x as f32 [x.size(-1)] (undefined stays undefined).
+absl::StatusOr<Tensor> FeatureParam(const Tensor& p, const Tensor& x, const char* op,
                                     const char* what) {
   if (!p.defined()) return Tensor();
   TPX_RETURN_IF_ERROR(CheckFloating(p, op, what));
-  if (p.shape() != Shape{h}) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " ", p.ToString(),
-                                                   " does not match the last dim of ",
-                                                   x.ToString()));
-  }
+  TPX_RETURN_IF_ERROR(internal::CheckFeatureShape(x, p, op, what));
   TPX_ASSIGN_OR_RETURN(Tensor f, p.To(DType::kF32));
   return f.Contiguous();
 }
@@ -47,8 +43,8 @@ absl::StatusOr<LayerNormResult> LayerNorm(const Tensor& x, const Tensor& weight,
   TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&x, &weight, &bias}));
   const int64_t h = x.size(-1);
   const int64_t rows = h == 0 ? 0 : x.numel() / h;
-  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, h, x, kOp, "weight"));
-  TPX_ASSIGN_OR_RETURN(Tensor b, FeatureParam(bias, h, x, kOp, "bias"));
+  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, x, kOp, "weight"));
+  TPX_ASSIGN_OR_RETURN(Tensor b, FeatureParam(bias, x, kOp, "bias"));
   TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
   LayerNormResult r;
   TPX_ASSIGN_OR_RETURN(r.y, Tensor::Empty(x.shape(), x.dtype(), x.device()));
@@ -83,7 +79,7 @@ absl::StatusOr<LayerNormGradients> LayerNormBackward(const Tensor& grad, const T
           " elements (one per row of ", x.ToString(), ")"));
     }
   }
-  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, h, x, kOp, "weight"));
+  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, x, kOp, "weight"));
   TPX_ASSIGN_OR_RETURN(Tensor gc, grad.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor mc, mean.Contiguous());
@@ -146,12 +142,7 @@ absl::Status CheckBiasInput(const Tensor& x, const Tensor& bias, const char* op)
   TPX_RETURN_IF_ERROR(CheckLastDimInput(x, op));
   TPX_RETURN_IF_ERROR(CheckInput(bias, op, "bias"));
   TPX_RETURN_IF_ERROR(CheckSameDType(x, bias, op));
-  if (bias.shape() != Shape{x.size(-1)}) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": bias ", bias.ToString(),
-                                                   " does not match the last dim of ",
-                                                   x.ToString()));
-  }
-  return absl::OkStatus();
+  return internal::CheckFeatureShape(x, bias, op, "bias");
 }
 
 }  // namespace

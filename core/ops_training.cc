@@ -134,11 +134,7 @@ absl::StatusOr<Tensor> DropoutAdd(const Tensor& x, const Tensor& bias, const Ten
   TPX_RETURN_IF_ERROR(CheckFloating(x, kOp));
   if (bias.defined()) {
     TPX_RETURN_IF_ERROR(CheckSameDType(x, bias, kOp));
-    if (x.dim() < 1 || bias.shape() != Shape{x.size(-1)}) {
-      return absl::InvalidArgumentError(absl::StrCat(kOp, ": bias ", bias.ToString(),
-                                                     " does not match the last dim of ",
-                                                     x.ToString()));
-    }
+    TPX_RETURN_IF_ERROR(internal::CheckFeatureShape(x, bias, kOp, "bias"));
   }
   if (residual.defined()) {
     TPX_RETURN_IF_ERROR(CheckSameDType(x, residual, kOp));
