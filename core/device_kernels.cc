@@ -69,6 +69,10 @@ absl::Status DeviceKernels::CrossEntropyBackward(const Tensor&, const Tensor&, c
   return NotOnThisDevice("CrossEntropyBackward");
 }
 
+absl::Status DeviceKernels::SumOfSquares(const Tensor&, int64_t, double*) {
+  return NotOnThisDevice("SumOfSquares");
+}
+
 absl::Status DeviceKernels::AdamWStep(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&, int64_t, const AdamWCoefficients&) {
   return NotOnThisDevice("AdamWStep");

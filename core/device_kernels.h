@@ -141,6 +141,9 @@ class DeviceKernels {
                                             const Tensor& lse, const Tensor& g,
                                             const Tensor& target, int64_t rows, int64_t v,
                                             float smooth_over_k, float target_coeff);
+  // *out (host) = sum of x_i^2 over the n elements of x (floating), each
+  // square and the sum in f64; returns once *out is written.
+  virtual absl::Status SumOfSquares(const Tensor& x, int64_t n, double* out);
   // One AdamW update of n elements, all f32 but grad (f32 or bf16, read as
   // f32) and working (bf16 or undefined): per element
   //   p *= decay; m = b1 m + (1 - b1) g; s = b2 s + (1 - b2) g^2;

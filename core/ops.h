@@ -177,9 +177,9 @@ absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias);
 absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias);
 
 // ---------------- Fused training kernels ----------------
-// The per-token loop of the vocab-parallel loss (loss/), the AdamW update
-// (optim/) and dropout with its bias and residual (rng/), one pass over
-// memory each. Same contract as above: devices without the kernel return
+// The per-token loop of the vocab-parallel loss (loss/), the gradient norm
+// and AdamW update (optim/) and dropout with its bias and residual (rng/),
+// one pass over memory each. Same contract as above: devices without the kernel return
 // Unimplemented and the callers compose the math from other ops.
 
 // Codes in the target of the cross-entropy ops: the row's target class is
@@ -200,6 +200,9 @@ absl::StatusOr<Tensor> CrossEntropyBackward(const Tensor& logits, const Tensor& 
                                             const Tensor& grad, const Tensor& target,
                                             double smooth_over_k, double target_coeff,
                                             bool in_place);
+// Sum of t_i^2 over every element of t (floating), squares and sum in f64,
+// read back to the host (for gradient-norm clipping).
+absl::StatusOr<double> SumOfSquares(const Tensor& t);
 // One AdamW update in place (optim/adamw.h has the formula): param,
 // exp_avg, exp_avg_sq f32; grad f32 or bf16; working (bf16, or undefined)
 // receives the updated param rounded to bf16. All contiguous, one shape.

@@ -1,7 +1,7 @@
 // The fused training ops (core/ops.h, "Fused training kernels"): argument
 // checks and output allocation; the loops are the device's
-// DeviceKernels::CrossEntropyStats / CrossEntropyBackward / AdamWStep /
-// DropoutAdd.
+// DeviceKernels::CrossEntropyStats / CrossEntropyBackward / SumOfSquares /
+// AdamWStep / DropoutAdd.
 #include "absl/strings/str_cat.h"
 #include "core/device_kernels.h"
 #include "core/ops.h"
@@ -97,6 +97,17 @@ absl::StatusOr<Tensor> CrossEntropyBackward(const Tensor& logits, const Tensor& 
                                                 static_cast<float>(target_coeff)));
   }
   return dx;
+}
+
+absl::StatusOr<double> SumOfSquares(const Tensor& t) {
+  constexpr const char* kOp = "SumOfSquares";
+  TPX_RETURN_IF_ERROR(CheckInput(t, kOp));
+  TPX_RETURN_IF_ERROR(CheckFloating(t, kOp));
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&t}));
+  TPX_ASSIGN_OR_RETURN(Tensor tc, t.Contiguous());
+  double sum = 0;
+  if (t.numel() > 0) TPX_RETURN_IF_ERROR(k->SumOfSquares(tc, t.numel(), &sum));
+  return sum;
 }
 
 absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,

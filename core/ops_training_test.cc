@@ -120,6 +120,33 @@ TEST_P(FusedTrainingTest, CrossEntropyStatsOfNegInfRowTakesSumsAroundZero) {
   EXPECT_EQ(st[7], 0.f);
 }
 
+TEST_P(FusedTrainingTest, SumOfSquaresMatchesDoubleReference) {
+  // 10,001 elements: several chunks and a ragged end; and a 3-element one.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {3, 10001}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " n " << n);
+      Tensor t = TestRandom({n}, dtype, 9, -3.0f, 3.0f);
+      absl::StatusOr<double> got = SumOfSquares(t);
+      SKIP_IF_UNIMPLEMENTED(got.status());
+      ASSERT_TRUE(got.ok()) << got.status();
+      double want = 0;
+      for (double v : t.ToVector<double>()) want += v * v;
+      EXPECT_NEAR(*got, want, 1e-12 * want);
+    }
+  }
+  // A strided view counts only its own elements.
+  Tensor m = TestRandom({4, 6}, DType::kF32, 10);
+  Tensor col = *m.Narrow(1, 2, 1);
+  double want = 0;
+  for (double v : col.ToVector<double>()) want += v * v;
+  absl::StatusOr<double> got = SumOfSquares(col);
+  SKIP_IF_UNIMPLEMENTED(got.status());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_NEAR(*got, want, 1e-12 * want);
+  EXPECT_THAT(SumOfSquares(*TestZeros({2}, DType::kI64)).status().message(),
+              HasSubstr("SumOfSquares: input must be f32, bf16 or f16"));
+}
+
 TEST_P(FusedTrainingTest, AdamWStepMatchesScalarReference) {
   // 10,001 elements: several blocks plus a ragged end.
   const int64_t n = 10001;

@@ -53,6 +53,7 @@ class CpuDeviceKernels final : public DeviceKernels {
   absl::Status CrossEntropyBackward(const Tensor& dx, const Tensor& logits, const Tensor& lse,
                                     const Tensor& g, const Tensor& target, int64_t rows,
                                     int64_t v, float smooth_over_k, float target_coeff) override;
+  absl::Status SumOfSquares(const Tensor& x, int64_t n, double* out) override;
   absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                          const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
                          const AdamWCoefficients& c) override;

@@ -1,6 +1,6 @@
 // CPU DeviceKernels: the fused training kernels of the vocab-parallel loss
-// (loss/cross_entropy.cc), AdamW (optim/adamw.cc) and dropout
-// (rng/dropout.cc). One pass over memory each, rows or element ranges split
+// (loss/cross_entropy.cc), gradient clipping (optim/clip_grad.cc), AdamW
+// (optim/adamw.cc) and dropout (rng/dropout.cc). One pass over memory each, rows or element ranges split
 // over the kernel threads (core/cpu/parallel.h), bf16/f16 read and written in
 // place (converted in registers, arithmetic in f32). Loops are compiled per
 // ISA (TPX_VECTOR_CLONES).
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
@@ -126,6 +127,30 @@ void AdviseHugePages(void* data, size_t bytes) {
 #endif
 }
 
+// ---- Gradient norm. ----
+
+// Elements per partial sum of squares: a fixed chunking, so the sum does not
+// depend on the thread count.
+constexpr int64_t kSquaresChunk = 4096;
+
+template <typename T>
+TPX_VECTOR_CLONES double SumOfSquaresRange(const T* x, int64_t n) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) {
+      const double v = Load(x[i + l]);
+      acc[l] += v * v;
+    }
+  }
+  double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) {
+    const double v = Load(x[i]);
+    s += v * v;
+  }
+  return s;
+}
+
 // ---- AdamW. ----
 
 template <typename G>
@@ -239,6 +264,25 @@ absl::Status CpuDeviceKernels::CrossEntropyBackward(const Tensor& dx, const Tens
       }
     });
   });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::SumOfSquares(const Tensor& x, int64_t n, double* out) {
+  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  std::vector<double> partial(chunks);
+  DispatchFloat(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+    ParallelFor(chunks, kSquaresChunk, [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) {
+        const int64_t i = c * kSquaresChunk;
+        partial[c] = SumOfSquaresRange(p + i, std::min(kSquaresChunk, n - i));
+      }
+    });
+  });
+  double s = 0;
+  for (double v : partial) s += v;
+  *out = s;
   return absl::OkStatus();
 }
 
