@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "comm/init.h"
 #include "core/autograd/engine.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
 #include "launch/local_job.h"
@@ -58,7 +59,7 @@ absl::StatusOr<double> TimeSteps(comm::Communicator* tp, int64_t tokens, int64_t
   loss::CrossEntropyOptions opts;
   opts.vocab_size = vocab;
   opts.in_place_grad = in_place;
-  opts.num_threads = threads;
+  SetGemmThreads(threads);  // the loss kernels split tokens over these
   std::vector<double> times, fwd;
   for (int r = 0; r <= reps; ++r) {
     if (in_place) std::memcpy(work.raw_data(), pristine.raw_data(), pristine.nbytes());

@@ -71,6 +71,41 @@ absl::Status DeviceKernels::ScaledSoftmaxBackward(const Tensor&, const Tensor&, 
   return NotOnThisDevice("ScaledSoftmaxBackward");
 }
 
+absl::Status DeviceKernels::BiasGelu(const Tensor&, const Tensor&, const Tensor&, int64_t,
+                                     int64_t) {
+  return NotOnThisDevice("BiasGelu");
+}
+
+absl::Status DeviceKernels::BiasGeluBackward(const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, int64_t, int64_t) {
+  return NotOnThisDevice("BiasGeluBackward");
+}
+
+absl::Status DeviceKernels::CrossEntropyStats(const Tensor&, const Tensor&, const Tensor&,
+                                              int64_t, int64_t) {
+  return NotOnThisDevice("CrossEntropyStats");
+}
+
+absl::Status DeviceKernels::CrossEntropyBackward(const Tensor&, const Tensor&, const Tensor&,
+                                                 const Tensor&, const Tensor&, int64_t, int64_t,
+                                                 float, float) {
+  return NotOnThisDevice("CrossEntropyBackward");
+}
+
+absl::Status DeviceKernels::SumOfSquares(const Tensor&, int64_t, double*) {
+  return NotOnThisDevice("SumOfSquares");
+}
+
+absl::Status DeviceKernels::AdamWStep(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, int64_t, const AdamWCoefficients&) {
+  return NotOnThisDevice("AdamWStep");
+}
+
+absl::Status DeviceKernels::DropoutAdd(const Tensor&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, int64_t, int64_t, float) {
+  return NotOnThisDevice("DropoutAdd");
+}
+
 void RegisterDeviceKernels(DeviceType type, DeviceKernels* kernels) {
   DeviceKernels* expected = nullptr;
   TPX_CHECK(Registry()[static_cast<size_t>(type)].compare_exchange_strong(expected, kernels))

@@ -115,6 +115,51 @@ class DeviceKernels {
                                              const Tensor& y, int64_t rows, int64_t n,
                                              double scale);
 
+  // y = GeLU(x + bias) (exact GeLU, core/kernel_ops.h) over rows of x [rows,
+  // h]; y, x and bias [h] share a floating dtype; computed in f32.
+  virtual absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias,
+                                int64_t rows, int64_t h);
+  // Its gradient: dx = grad * GeLU'(x + bias), all of x's dtype.
+  virtual absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& grad, const Tensor& x,
+                                        const Tensor& bias, int64_t rows, int64_t h);
+
+  // ---- Fused training kernels of the loss, the optimizer and dropout
+  // (loss/, optim/, rng/), reached through core/ops.h ("Fused training
+  // kernels"). Same contract as the fused transformer kernels: the defaults
+  // return Unimplemented and the callers compose the math from core ops. ----
+  // Per row r of logits [rows, v] (floating): stats[r] (f32 [rows, 4]) =
+  // {m = max_j x_j, sum_j exp(x_j - m), sum_j (x_j - m), x[target[r]] or 0},
+  // in f32. target is i64 [rows]: a column in [0, v), -1 when the row's
+  // target is not among these columns, -2 when the row is ignored (not read;
+  // stats {-inf, 0, 0, 0}). A row of -inf logits gives {-inf, 0, 0, x[target]}.
+  virtual absl::Status CrossEntropyStats(const Tensor& stats, const Tensor& logits,
+                                         const Tensor& target, int64_t rows, int64_t v);
+  // dx (logits' dtype [rows, v]; may be logits itself) = g_r * (exp(x - lse_r)
+  // - smooth_over_k) - [j == target[r]] * g_r * target_coeff; rows with
+  // target -2 get 0. lse and g are f32 [rows]; target as above.
+  virtual absl::Status CrossEntropyBackward(const Tensor& dx, const Tensor& logits,
+                                            const Tensor& lse, const Tensor& g,
+                                            const Tensor& target, int64_t rows, int64_t v,
+                                            float smooth_over_k, float target_coeff);
+  // *out (host) = sum of x_i^2 over the n elements of x (floating), each
+  // square and the sum in f64; returns once *out is written.
+  virtual absl::Status SumOfSquares(const Tensor& x, int64_t n, double* out);
+  // One AdamW update of n elements, all f32 but grad (f32 or bf16, read as
+  // f32) and working (bf16 or undefined): per element
+  //   p *= decay; m = b1 m + (1 - b1) g; s = b2 s + (1 - b2) g^2;
+  //   p -= step_size * m / (sqrt(s) * inv_sqrt_bias2 + eps); working = bf16(p).
+  virtual absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                                 const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
+                                 const AdamWCoefficients& c);
+  // out = (keep ? (x + bias) * scale : 0) + residual over n elements; x, out
+  // and residual (undefined: none) share a floating dtype; keep is bool
+  // (undefined: every element kept); bias (undefined: none) has x's dtype
+  // and bias_n elements, repeating along x (x viewed as [n / bias_n,
+  // bias_n]). Computed in f32, rounded once; out may be x or residual.
+  virtual absl::Status DropoutAdd(const Tensor& out, const Tensor& x, const Tensor& bias,
+                                  const Tensor& keep, const Tensor& residual, int64_t n,
+                                  int64_t bias_n, float scale);
+
   // ---- Gather / scatter-add along dim. Every tensor is contiguous; index
   // is 1-D i32/i64 with every value already checked to be in [0, size(dim))
   // of in (IndexSelect) or dst (IndexAdd). ----

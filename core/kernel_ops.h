@@ -41,6 +41,18 @@ enum class ReduceOp {
   kArgmax,  // first index of the maximum (i64 out); n > 0
 };
 
+// Per-step scalars of one AdamW update (DeviceKernels::AdamWStep), already
+// folded: decay = 1 - lr * weight_decay (1 without decay), step_size = lr /
+// (1 - b1^t), inv_sqrt_bias2 = 1 / sqrt(1 - b2^t).
+struct AdamWCoefficients {
+  float decay;
+  float beta1;
+  float beta2;
+  float step_size;
+  float inv_sqrt_bias2;
+  float eps;
+};
+
 }  // namespace tpx
 
 #endif  // TPX_CORE_KERNEL_OPS_H_

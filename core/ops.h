@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/kernel_ops.h"
 #include "core/tensor.h"
 
 namespace tpx::ops {
@@ -168,6 +169,52 @@ absl::StatusOr<Tensor> ScaledSoftmax(const Tensor& x, double scale, bool causal)
 // Given y = ScaledSoftmax(x, scale, ...) (or Softmax over the last dim with
 // scale 1): the gradient of x, scale * y * (grad - sum(grad * y, -1)).
 absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y, double scale);
+
+// GeLU(x + bias) with bias [size(-1)] of x's (floating) dtype, in one pass
+// (Megatron's bias-GeLU fusion: the bias leaves the GEMM).
+absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias);
+// Its gradient of x (and, summed over rows, of bias): grad * GeLU'(x + bias).
+absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias);
+
+// ---------------- Fused training kernels ----------------
+// The per-token loop of the vocab-parallel loss (loss/), the gradient norm
+// and AdamW update (optim/) and dropout with its bias and residual (rng/),
+// one pass over memory each. Same contract as above: devices without the kernel return
+// Unimplemented and the callers compose the math from other ops.
+
+// Codes in the target of the cross-entropy ops: the row's target class is
+// on another shard / the row is ignored (not read, zero gradient).
+inline constexpr int64_t kTargetElsewhere = -1;
+inline constexpr int64_t kTargetIgnored = -2;
+// Per row of logits [rows, v] (floating): f32 [rows, 4] =
+// {m = max, sum exp(x - m), sum (x - m), x[target] or 0}, in f32; target is
+// i64 [rows] with a column in [0, v) or one of the codes above (an ignored
+// row, or any row when v == 0, gives {-inf, 0, 0, 0}; a row of -inf logits
+// {-inf, 0, 0, x[target]}).
+absl::StatusOr<Tensor> CrossEntropyStats(const Tensor& logits, const Tensor& target);
+// Gradient of the logits, in their dtype and shape: per row
+// g * (exp(x - lse) - smooth_over_k) - [j == target] * g * target_coeff, 0
+// for ignored rows; lse and grad are f32 [rows]. in_place writes it into
+// the logits' storage and returns them.
+absl::StatusOr<Tensor> CrossEntropyBackward(const Tensor& logits, const Tensor& lse,
+                                            const Tensor& grad, const Tensor& target,
+                                            double smooth_over_k, double target_coeff,
+                                            bool in_place);
+// Sum of t_i^2 over every element of t (floating), squares and sum in f64,
+// read back to the host (for gradient-norm clipping).
+absl::StatusOr<double> SumOfSquares(const Tensor& t);
+// One AdamW update in place (optim/adamw.h has the formula): param,
+// exp_avg, exp_avg_sq f32; grad f32 or bf16; working (bf16, or undefined)
+// receives the updated param rounded to bf16. All contiguous, one shape.
+absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                       const Tensor& exp_avg_sq, const Tensor& working,
+                       const AdamWCoefficients& coefficients);
+// (keep ? (x + bias) * scale : 0) + residual, in f32, rounded once to x's
+// dtype (floating). bias [size(-1)] (undefined: none) and residual (x's
+// shape; undefined: none) have x's dtype; keep (bool, x's shape; undefined:
+// keep every element).
+absl::StatusOr<Tensor> DropoutAdd(const Tensor& x, const Tensor& bias, const Tensor& keep,
+                                  const Tensor& residual, double scale);
 
 // ---------------- Matrix products ----------------
 // op(a) @ op(b) where op transposes the last two dims when asked.

@@ -58,6 +58,15 @@ inline absl::Status CheckBool(const Tensor& t, const char* op, const char* what)
                                                  t.ToString()));
 }
 
+// p is a per-feature parameter of x: shape [x.size(-1)] (x has a dim).
+inline absl::Status CheckFeatureShape(const Tensor& x, const Tensor& p, const char* op,
+                                      const char* what) {
+  if (x.dim() >= 1 && p.shape() == Shape{x.size(-1)}) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " ", p.ToString(),
+                                                 " does not match the last dim of ",
+                                                 x.ToString()));
+}
+
 }  // namespace tpx::ops::internal
 
 #endif  // TPX_CORE_OPS_INTERNAL_H_

@@ -1,6 +1,6 @@
 // The fused transformer ops (core/ops.h, "Fused transformer kernels"):
 // argument checks and output allocation; the loops are the device's
-// DeviceKernels::LayerNorm / ScaledSoftmax and their backwards.
+// DeviceKernels::LayerNorm / ScaledSoftmax / BiasGelu and their backwards.
 #include "absl/strings/str_cat.h"
 #include "core/device_kernels.h"
 #include "core/ops.h"
@@ -14,16 +14,12 @@ using internal::CheckFloating;
 using internal::CheckInput;
 using internal::CheckSameDType;
 
-// weight or bias as f32 [h] (undefined stays undefined).
-absl::StatusOr<Tensor> FeatureParam(const Tensor& p, int64_t h, const Tensor& x, const char* op,
+// weight or bias of x as f32 [x.size(-1)] (undefined stays undefined).
+absl::StatusOr<Tensor> FeatureParam(const Tensor& p, const Tensor& x, const char* op,
                                     const char* what) {
   if (!p.defined()) return Tensor();
   TPX_RETURN_IF_ERROR(CheckFloating(p, op, what));
-  if (p.shape() != Shape{h}) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, " ", p.ToString(),
-                                                   " does not match the last dim of ",
-                                                   x.ToString()));
-  }
+  TPX_RETURN_IF_ERROR(internal::CheckFeatureShape(x, p, op, what));
   TPX_ASSIGN_OR_RETURN(Tensor f, p.To(DType::kF32));
   return f.Contiguous();
 }
@@ -47,8 +43,8 @@ absl::StatusOr<LayerNormResult> LayerNorm(const Tensor& x, const Tensor& weight,
   TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&x, &weight, &bias}));
   const int64_t h = x.size(-1);
   const int64_t rows = h == 0 ? 0 : x.numel() / h;
-  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, h, x, kOp, "weight"));
-  TPX_ASSIGN_OR_RETURN(Tensor b, FeatureParam(bias, h, x, kOp, "bias"));
+  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, x, kOp, "weight"));
+  TPX_ASSIGN_OR_RETURN(Tensor b, FeatureParam(bias, x, kOp, "bias"));
   TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
   LayerNormResult r;
   TPX_ASSIGN_OR_RETURN(r.y, Tensor::Empty(x.shape(), x.dtype(), x.device()));
@@ -83,7 +79,7 @@ absl::StatusOr<LayerNormGradients> LayerNormBackward(const Tensor& grad, const T
           " elements (one per row of ", x.ToString(), ")"));
     }
   }
-  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, h, x, kOp, "weight"));
+  TPX_ASSIGN_OR_RETURN(Tensor w, FeatureParam(weight, x, kOp, "weight"));
   TPX_ASSIGN_OR_RETURN(Tensor gc, grad.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor mc, mean.Contiguous());
@@ -136,6 +132,51 @@ absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y
   TPX_ASSIGN_OR_RETURN(Tensor yc, y.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(y.shape(), y.dtype(), y.device()));
   if (rows > 0) TPX_RETURN_IF_ERROR(k->ScaledSoftmaxBackward(dx, gc, yc, rows, n, scale));
+  return dx;
+}
+
+namespace {
+
+// x floating with at least one dim, bias [size(-1)] of its dtype.
+absl::Status CheckBiasInput(const Tensor& x, const Tensor& bias, const char* op) {
+  TPX_RETURN_IF_ERROR(CheckLastDimInput(x, op));
+  TPX_RETURN_IF_ERROR(CheckInput(bias, op, "bias"));
+  TPX_RETURN_IF_ERROR(CheckSameDType(x, bias, op));
+  return internal::CheckFeatureShape(x, bias, op, "bias");
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias) {
+  constexpr const char* kOp = "BiasGelu";
+  TPX_RETURN_IF_ERROR(CheckBiasInput(x, bias, kOp));
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&x, &bias}));
+  const int64_t h = x.size(-1);
+  const int64_t rows = h == 0 ? 0 : x.numel() / h;
+  TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor bc, bias.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor y, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (rows > 0) TPX_RETURN_IF_ERROR(k->BiasGelu(y, xc, bc, rows, h));
+  return y;
+}
+
+absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias) {
+  constexpr const char* kOp = "BiasGeluBackward";
+  TPX_RETURN_IF_ERROR(CheckBiasInput(x, bias, kOp));
+  TPX_RETURN_IF_ERROR(CheckInput(grad, kOp, "grad"));
+  TPX_RETURN_IF_ERROR(CheckSameDType(grad, x, kOp));
+  if (grad.shape() != x.shape()) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": grad ", grad.ToString(),
+                                                   " does not match the input ", x.ToString()));
+  }
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&grad, &x, &bias}));
+  const int64_t h = x.size(-1);
+  const int64_t rows = h == 0 ? 0 : x.numel() / h;
+  TPX_ASSIGN_OR_RETURN(Tensor gc, grad.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor bc, bias.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  if (rows > 0) TPX_RETURN_IF_ERROR(k->BiasGeluBackward(dx, gc, xc, bc, rows, h));
   return dx;
 }
 

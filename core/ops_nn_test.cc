@@ -197,5 +197,37 @@ TEST_P(FusedNnTest, ScaledSoftmaxMatchesDoubleReference) {
   EXPECT_FALSE(ScaledSoftmaxBackward(TestRandom({2, 3}), TestRandom({3, 2}), 1.0).ok());
 }
 
+TEST_P(FusedNnTest, BiasGeluAndBackwardMatchDoubleReference) {
+  // [300, 130]: split over the threads.
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const int64_t rows = 300, h = 130;
+    Tensor x = TestRandom({rows, h}, dtype, 31, -4.0f, 4.0f);
+    Tensor b = TestRandom({h}, dtype, 32);
+    Tensor g = TestRandom({rows, h}, dtype, 33);
+    absl::StatusOr<Tensor> y = BiasGelu(x, b);
+    SKIP_IF_UNIMPLEMENTED(y);
+    ASSERT_TRUE(y.ok()) << y.status();
+    absl::StatusOr<Tensor> dx = BiasGeluBackward(g, x, b);
+    ASSERT_TRUE(dx.ok()) << dx.status();
+    ASSERT_EQ(y->dtype(), dtype);
+    ASSERT_EQ(dx->dtype(), dtype);
+    const std::vector<double> xv = x.ToVector<double>(), bv = b.ToVector<double>();
+    const std::vector<double> gv = g.ToVector<double>();
+    const std::vector<double> yv = y->ToVector<double>(), dv = dx->ToVector<double>();
+    const double rel = dtype == DType::kF32 ? 1e-5 : 8e-3;
+    for (int64_t i = 0; i < rows * h; ++i) {
+      const double z = xv[i] + bv[i % h];
+      const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
+      const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
+      const double want_y = z * cdf, want_dx = gv[i] * (cdf + z * pdf);
+      ASSERT_NEAR(yv[i], want_y, rel * std::abs(want_y) + 1e-6) << i;
+      ASSERT_NEAR(dv[i], want_dx, rel * std::abs(want_dx) + 1e-6) << i;
+    }
+  }
+  EXPECT_THAT(BiasGelu(TestRandom({2, 3}), TestRandom({2})).status().message(),
+              HasSubstr("BiasGelu: bias"));
+}
+
 }  // namespace
 }  // namespace tpx::ops

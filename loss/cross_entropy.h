@@ -42,11 +42,11 @@ struct CrossEntropyOptions {
   // ops::SplitSizes(K, tp size), so uneven vocabularies work.
   int64_t vocab_size = 0;
   bool in_place_grad = false;
-  // Threads over tokens for the per-token passes (fused CPU loops).
-  int num_threads = 1;
-  // CPU logits: the fused per-token loops. false: the core-op path that
-  // logits on other devices always take (same results within rounding; one
-  // all-gather of 4 f32 per token as well).
+  // The per-token passes run as the device's fused kernels
+  // (ops::CrossEntropyStats / CrossEntropyBackward; on the CPU over the
+  // GEMM threads, core/gemm.h). false, or a device without them: composed
+  // from core ops (same results within rounding; one all-gather of 4 f32
+  // per token as well).
   bool fused = true;
 };
 

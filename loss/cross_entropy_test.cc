@@ -106,7 +106,6 @@ void RunCases(testing::RankContext& ctx, bool fused) {
     opts.label_smoothing = c.smoothing;
     opts.ignore_index = ignore;
     opts.vocab_size = c.even_split_default ? 0 : c.vocab;
-    opts.num_threads = 2;
     opts.fused = fused;
     auto loss = VocabParallelCrossEntropy(logits, target_t, &ctx.comm, opts);
     ASSERT_TRUE(loss.ok()) << loss.status();

@@ -10,22 +10,22 @@
 namespace tpx::optim {
 namespace {
 
-// The update of Step's host loop through core ops, for parameters on other
-// devices (same formula; intermediate roundings may differ in the last ulp).
+// The update of the fused kernel (ops::AdamWStep) through core ops, for
+// devices without it and fused = false (same formula; intermediate roundings
+// may differ in the last ulp).
 absl::Status StepWithOps(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s,
-                         float decay, float b1, float b2, float step_size, float inv_sqrt_bias2,
-                         float eps) {
-  if (decay != 1.0f) TPX_RETURN_IF_ERROR(ops::ScaleInPlace(p, decay));
-  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(m, b1));
-  TPX_RETURN_IF_ERROR(ops::AddInPlace(m, g, 1.0f - b1));
+                         const AdamWCoefficients& c) {
+  if (c.decay != 1.0f) TPX_RETURN_IF_ERROR(ops::ScaleInPlace(p, c.decay));
+  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(m, c.beta1));
+  TPX_RETURN_IF_ERROR(ops::AddInPlace(m, g, 1.0f - c.beta1));
   TPX_ASSIGN_OR_RETURN(Tensor g2, ops::Mul(g, g));
-  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(s, b2));
-  TPX_RETURN_IF_ERROR(ops::AddInPlace(s, g2, 1.0f - b2));
+  TPX_RETURN_IF_ERROR(ops::ScaleInPlace(s, c.beta2));
+  TPX_RETURN_IF_ERROR(ops::AddInPlace(s, g2, 1.0f - c.beta2));
   TPX_ASSIGN_OR_RETURN(Tensor denom, ops::Sqrt(s));
-  TPX_ASSIGN_OR_RETURN(denom, ops::Scale(denom, inv_sqrt_bias2));
-  TPX_ASSIGN_OR_RETURN(denom, ops::AddScalar(denom, eps));
+  TPX_ASSIGN_OR_RETURN(denom, ops::Scale(denom, c.inv_sqrt_bias2));
+  TPX_ASSIGN_OR_RETURN(denom, ops::AddScalar(denom, c.eps));
   TPX_ASSIGN_OR_RETURN(Tensor update, ops::Div(m, denom));
-  return ops::AddInPlace(p, update, -step_size);
+  return ops::AddInPlace(p, update, -c.step_size);
 }
 
 // A bf16 parameter takes its master's new values; an f32 one is its master.
@@ -95,35 +95,34 @@ absl::Status AdamW::Step(double lr) {
     const Variable& v = params_[i].var;
     const Tensor& g_t = v.grad();
     if (!g_t.defined()) continue;
-    TPX_ASSIGN_OR_RETURN(Tensor g_c, g_t.To(DType::kF32));  // contiguous f32
     const int64_t t = ++param_steps_[i];
     const double b1 = options_.beta1, b2 = options_.beta2;
     const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
     const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
-    const float step_size = static_cast<float>(lr / bias1);
-    const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-    const float decay =
-        params_[i].weight_decay ? static_cast<float>(1.0 - lr * options_.weight_decay) : 1.0f;
-    const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-    const float eps = static_cast<float>(options_.eps);
+    const AdamWCoefficients c{
+        .decay = params_[i].weight_decay ? static_cast<float>(1.0 - lr * options_.weight_decay)
+                                         : 1.0f,
+        .beta1 = static_cast<float>(b1),
+        .beta2 = static_cast<float>(b2),
+        .step_size = static_cast<float>(lr / bias1),
+        .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2)),
+        .eps = static_cast<float>(options_.eps)};
     const Tensor& master = master_[i];
-    if (!options_.fused || !master.device().is_cpu()) {
-      TPX_RETURN_IF_ERROR(StepWithOps(master, g_c, exp_avg_[i], exp_avg_sq_[i], decay,
-                                      fb1, fb2, step_size, inv_sqrt_bias2, eps));
-      TPX_RETURN_IF_ERROR(RefreshWorkingWeight(v, master));
-      continue;
+    // A bf16 gradient is read as is by the fused kernel; other dtypes become f32.
+    Tensor g = g_t;
+    if (g_t.dtype() != DType::kF32 && g_t.dtype() != DType::kBF16) {
+      TPX_ASSIGN_OR_RETURN(g, g_t.To(DType::kF32));
     }
-    float* p = master.data<float>();
-    const float* g = g_c.data<float>();
-    float* m = exp_avg_[i].data<float>();
-    float* s = exp_avg_sq_[i].data<float>();
-    const int64_t n = v.value().numel();
-    for (int64_t j = 0; j < n; ++j) {
-      p[j] *= decay;
-      m[j] = fb1 * m[j] + (1.0f - fb1) * g[j];
-      s[j] = fb2 * s[j] + (1.0f - fb2) * g[j] * g[j];
-      p[j] -= step_size * m[j] / (std::sqrt(s[j]) * inv_sqrt_bias2 + eps);
+    const Tensor working = v.value().dtype() == DType::kF32 ? Tensor() : v.value();
+    if (options_.fused) {
+      absl::Status fused = ops::AdamWStep(master, g, exp_avg_[i], exp_avg_sq_[i], working, c);
+      if (!absl::IsUnimplemented(fused)) {
+        TPX_RETURN_IF_ERROR(fused);
+        continue;
+      }
     }
+    TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
+    TPX_RETURN_IF_ERROR(StepWithOps(master, g32, exp_avg_[i], exp_avg_sq_[i], c));
     TPX_RETURN_IF_ERROR(RefreshWorkingWeight(v, master));
   }
   return absl::OkStatus();

@@ -14,8 +14,9 @@
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // A parameter whose grad() is undefined in a step is left untouched (its
 // moments do not advance), as in PyTorch. Moments live on the parameter's
-// device; CPU parameters update in one fused loop (AdamWOptions::fused),
-// others through core ops.
+// device; each parameter updates in one pass of the device's fused kernel
+// (ops::AdamWStep, which also refreshes the bf16 working copy), or through
+// core ops on devices without it (AdamWOptions::fused).
 //
 // Mixed precision (Megatron's --bf16): a bf16 parameter is the working copy
 // the model computes with. The optimizer keeps an f32 master copy of it
@@ -42,8 +43,8 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  // CPU parameters: one fused host loop per tensor. false: the core-op
-  // update that parameters on other devices always use.
+  // One fused kernel per tensor (ops::AdamWStep). false: the core-op update
+  // that devices without the kernel use.
   bool fused = true;
 };
 

@@ -15,17 +15,18 @@ absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
   for (const ClipParam& p : params) {
     const Tensor& g = p.var.grad();
     if (!g.defined() || (p.tp_duplicate && !count_duplicates)) continue;
-    TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
-    if (!g32.device().is_cpu()) {
-      // On the device: one f32 sum of squares per tensor, added up in double.
-      TPX_ASSIGN_OR_RETURN(Tensor squares, ops::Mul(g32, g32));
-      TPX_ASSIGN_OR_RETURN(Tensor sum, ops::SumAll(squares));
-      sum_sq += sum.Item();
+    // The device's fused kernel; else one f32 sum of squares per tensor,
+    // added up in double.
+    absl::StatusOr<double> fused = ops::SumOfSquares(g);
+    if (!absl::IsUnimplemented(fused.status())) {
+      TPX_RETURN_IF_ERROR(fused.status());
+      sum_sq += *fused;
       continue;
     }
-    const float* d = g32.data<float>();
-    const int64_t n = g32.numel();
-    for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(d[i]) * d[i];
+    TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
+    TPX_ASSIGN_OR_RETURN(Tensor squares, ops::Mul(g32, g32));
+    TPX_ASSIGN_OR_RETURN(Tensor sum, ops::SumAll(squares));
+    sum_sq += sum.Item();
   }
   if (tp != nullptr && tp->size() > 1) {
     // The collective carries f32; each rank's partial sum is already exact in

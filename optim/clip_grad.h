@@ -33,8 +33,8 @@ struct ClipParam {
 
 // The L2 norm of all gradients (undefined grads count as zero). tp may be
 // null (a single rank). Collective over tp. Gradients may live on any device
-// (CPU: summed in double on the host; others: f32 sums per tensor on the
-// device).
+// (squares summed in double by the device's fused kernel, ops::SumOfSquares;
+// on devices without it f32 sums per tensor, added up in double).
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp);
 

@@ -19,11 +19,24 @@
 
 namespace tpx::rng {
 
-// The mask is drawn on the host (the same on every device); on the CPU one
-// fused loop applies it, on other devices core ops do.
+// The mask is drawn on the host (the same on every device) and applied by
+// the device's fused kernel (ops::DropoutAdd), or by core ops on devices
+// without it.
 // Errors: p outside [0, 1); x not floating; shard not matching x.
 absl::StatusOr<Variable> Dropout(const Variable& x, double p, bool training = true,
                                  const ShardSpec* shard = nullptr);
+
+// residual + Dropout(x + bias) in one pass over memory each way where the
+// device has the fused kernel (ops::DropoutAdd): Megatron's
+// bias-dropout-add after a layer created with skip_bias_add. bias
+// ([size(-1)], x's dtype) may be undefined; with p == 0 or training ==
+// false nothing is drawn and y = residual + x + bias. The mask is the one
+// Dropout(x + bias, p, training, shard) would draw. Errors: p outside [0,
+// 1); x or residual undefined or not floating; shapes or dtypes that do not
+// match (named by ops::DropoutAdd); shard not matching x.
+absl::StatusOr<Variable> BiasDropoutAdd(const Variable& x, const Variable& bias,
+                                        const Variable& residual, double p,
+                                        bool training = true, const ShardSpec* shard = nullptr);
 
 // The keep mask (kBool, x's shape) of one draw from gen: exposed for tests and
 // for fused kernels that apply it themselves.

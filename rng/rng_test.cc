@@ -240,6 +240,52 @@ TEST(Dropout, Bf16KeepsDtype) {
   for (float v : y->value().ToVector<float>()) EXPECT_TRUE(v == 0.f || v == 2.f);
 }
 
+TEST(Dropout, BiasDropoutAddIsResidualPlusDropoutOfBiasedInput) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (double p : {0.0, 0.2}) {
+      SCOPED_TRACE(::testing::Message() << DTypeName(dtype) << " p " << p);
+      const Shape shape = {40, 130};
+      Generator fill(21);
+      Tensor xt = *Tensor::Empty(shape, dtype), rt = *Tensor::Empty(shape, dtype);
+      Tensor bt = *Tensor::Empty({130}, dtype);
+      ASSERT_TRUE(FillUniform(xt, fill, -1.f, 1.f).ok());
+      ASSERT_TRUE(FillUniform(rt, fill, -1.f, 1.f).ok());
+      ASSERT_TRUE(FillUniform(bt, fill, -1.f, 1.f).ok());
+      Variable x(xt, true), r(rt, true), b(bt, true);
+      ASSERT_TRUE(ModelParallelManualSeed(9, 0).ok());
+      auto y = BiasDropoutAdd(x, b, r, p);
+      ASSERT_TRUE(y.ok()) << y.status();
+      ASSERT_EQ(y->dtype(), dtype);
+      Tensor g = *Tensor::Full(shape, 0.5, dtype);
+      ASSERT_TRUE(Backward(*y, g).ok());
+      Generator replay(9);
+      const std::vector<bool> keep =
+          p > 0 ? DropoutMask(shape, p, replay)->ToVector<bool>() : std::vector<bool>(40 * 130, true);
+      const double scale = 1.0 / (1.0 - p);
+      const std::vector<double> xv = xt.ToVector<double>(), rv = rt.ToVector<double>();
+      const std::vector<double> bv = bt.ToVector<double>(), yv = y->value().ToVector<double>();
+      const std::vector<double> gx = x.grad().ToVector<double>(), gr = r.grad().ToVector<double>();
+      const std::vector<double> gb = b.grad().ToVector<double>();
+      const double tol = dtype == DType::kF32 ? 1e-6 : 1.6e-2;
+      std::vector<double> db(130, 0.0);
+      for (int64_t i = 0; i < 40 * 130; ++i) {
+        const double want = rv[i] + (keep[i] ? (xv[i] + bv[i % 130]) * scale : 0.0);
+        ASSERT_NEAR(yv[i], want, tol) << i;
+        const double dxi = keep[i] ? 0.5 * scale : 0.0;
+        ASSERT_NEAR(gx[i], dxi, tol * dxi) << i;
+        ASSERT_EQ(gr[i], 0.5) << i;
+        db[i % 130] += dxi;
+      }
+      for (int64_t j = 0; j < 130; ++j) EXPECT_NEAR(gb[j], db[j], 1e-2 * db[j]) << j;
+    }
+  }
+  Variable x(*Tensor::Ones({2, 3}));
+  EXPECT_FALSE(BiasDropoutAdd(x, Variable(), x, 1.0).ok());
+  auto bad = BiasDropoutAdd(x, Variable(*Tensor::Ones({2})), x, 0.1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bias"), absl::string_view::npos) << bad.status();
+}
+
 // Fills and dropout give the same values on every device: the draws happen
 // on the host and only the result (or the mask) moves.
 TPX_DEVICE_TEST_SUITE(RngOnDevice);

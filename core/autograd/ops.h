@@ -43,6 +43,9 @@ absl::StatusOr<Variable> Tanh(const Variable& x);
 absl::StatusOr<Variable> Relu(const Variable& x);
 // Exact (erf) GELU.
 absl::StatusOr<Variable> Gelu(const Variable& x);
+// Gelu(x + bias), bias [size(-1)], in one pass each way where the device has
+// the fused kernel (ops::BiasGelu); the gradient of bias is summed over rows.
+absl::StatusOr<Variable> BiasGelu(const Variable& x, const Variable& bias);
 // x where mask is false, value where it is true (mask: kBool, broadcasts to x).
 absl::StatusOr<Variable> MaskedFill(const Variable& x, const Tensor& mask, double value);
 // cond ? a : b; cond (kBool), a and b broadcast.

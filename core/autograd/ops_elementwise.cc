@@ -238,6 +238,34 @@ absl::StatusOr<Variable> Gelu(const Variable& x) {
       {x});
 }
 
+absl::StatusOr<Variable> BiasGelu(const Variable& x, const Variable& bias) {
+  return ApplyOp(
+      "BiasGelu",
+      [](LambdaOp& op, absl::Span<const Tensor> in) -> absl::StatusOr<Tensors> {
+        absl::StatusOr<Tensor> y = ops::BiasGelu(in[0], in[1]);
+        if (absl::IsUnimplemented(y.status())) {
+          TPX_ASSIGN_OR_RETURN(Tensor z, ops::Add(in[0], in[1]));
+          y = ops::Gelu(z);
+        }
+        TPX_RETURN_IF_ERROR(y.status());
+        op.Save({in[0], in[1]});
+        return Tensors{*y};
+      },
+      [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
+        const Tensor& x = op.Saved(0);
+        const Tensor& bias = op.Saved(1);
+        absl::StatusOr<Tensor> dx = ops::BiasGeluBackward(g[0], x, bias);
+        if (absl::IsUnimplemented(dx.status())) {
+          TPX_ASSIGN_OR_RETURN(Tensor z, ops::Add(x, bias));
+          dx = ops::GeluBackward(g[0], z);
+        }
+        TPX_RETURN_IF_ERROR(dx.status());
+        TPX_ASSIGN_OR_RETURN(Tensor db, ops::SumTo(*dx, bias.shape()));
+        return Tensors{*dx, db};
+      },
+      {x, bias});
+}
+
 absl::StatusOr<Variable> MaskedFill(const Variable& x, const Tensor& mask, double value) {
   return ApplyOp(
       "MaskedFill",

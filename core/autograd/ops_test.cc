@@ -118,6 +118,8 @@ TEST_P(AgOpsTest, UnaryMath) {
   ExpectGradientsMatch([](Inputs in) { return ag::Sqrt(in[0]); }, {RandomLeaf({2, 3}, 21, 0.5, 2)});
   ExpectGradientsMatch([](Inputs in) { return ag::Tanh(in[0]); }, {RandomLeaf({2, 3}, 22, -2, 2)});
   ExpectGradientsMatch([](Inputs in) { return ag::Gelu(in[0]); }, {RandomLeaf({2, 3}, 23, -3, 3)});
+  ExpectGradientsMatch([](Inputs in) { return ag::BiasGelu(in[0], in[1]); },
+                       {RandomLeaf({4, 3}, 24, -3, 3), RandomLeaf({3}, 25)});
 }
 
 TEST_P(AgOpsTest, Relu) {

@@ -2,8 +2,8 @@
 // behind every op on CPU tensors. Internal to //core:tensor; reach it through
 // CpuKernels() or KernelsFor(Device::CPU(), ...).
 //
-// Large elementwise, softmax and layer-norm loops are split over the GEMM
-// threads (core/cpu/parallel.h); everything is finished when the call
+// Large elementwise, softmax, layer-norm and the fused training loops are
+// split over the GEMM threads (core/cpu/parallel.h); everything is finished when the call
 // returns.
 #ifndef TPX_CORE_CPU_CPU_KERNELS_H_
 #define TPX_CORE_CPU_CPU_KERNELS_H_
@@ -44,6 +44,22 @@ class CpuDeviceKernels final : public DeviceKernels {
                              int64_t n, double scale, bool causal) override;
   absl::Status ScaledSoftmaxBackward(const Tensor& dx, const Tensor& grad, const Tensor& y,
                                      int64_t rows, int64_t n, double scale) override;
+  absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias, int64_t rows,
+                        int64_t h) override;
+  absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& grad, const Tensor& x,
+                                const Tensor& bias, int64_t rows, int64_t h) override;
+  absl::Status CrossEntropyStats(const Tensor& stats, const Tensor& logits, const Tensor& target,
+                                 int64_t rows, int64_t v) override;  // training_kernels.cc
+  absl::Status CrossEntropyBackward(const Tensor& dx, const Tensor& logits, const Tensor& lse,
+                                    const Tensor& g, const Tensor& target, int64_t rows,
+                                    int64_t v, float smooth_over_k, float target_coeff) override;
+  absl::Status SumOfSquares(const Tensor& x, int64_t n, double* out) override;
+  absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
+                         const AdamWCoefficients& c) override;
+  absl::Status DropoutAdd(const Tensor& out, const Tensor& x, const Tensor& bias,
+                          const Tensor& keep, const Tensor& residual, int64_t n, int64_t bias_n,
+                          float scale) override;
   absl::Status IndexSelect(const Tensor& out, const Tensor& in, int64_t dim,
                            const Tensor& index) override;                     // index_kernels.cc
   absl::Status IndexAdd(const Tensor& dst, int64_t dim, const Tensor& index,

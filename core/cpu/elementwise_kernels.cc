@@ -20,7 +20,7 @@ void BinaryLoop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   ParallelForEachRow<3>(
       out.shape(), {Bytes(out), Bytes(a), Bytes(b)}, {out.strides(), a.strides(), b.strides()},
       {sizeof(TO), sizeof(TA), sizeof(TB)},
-      [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) {
+      [&f](std::array<char*, 3> p, std::array<int64_t, 3> s, int64_t n) TPX_INLINE_CALLS {
         TO* o = reinterpret_cast<TO*>(p[0]);
         const TA* x = reinterpret_cast<const TA*>(p[1]);
         const TB* y = reinterpret_cast<const TB*>(p[2]);
@@ -47,7 +47,7 @@ template <typename TO, typename TI, typename F>
 void UnaryLoop(const Tensor& out, const Tensor& in, F f) {
   ParallelForEachRow<2>(out.shape(), {Bytes(out), Bytes(in)}, {out.strides(), in.strides()},
                 {sizeof(TO), sizeof(TI)},
-                [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) {
+                [&f](std::array<char*, 2> p, std::array<int64_t, 2> s, int64_t n) TPX_INLINE_CALLS {
                   if (s[0] == sizeof(TO) && s[1] == sizeof(TI)) {
                     TO* o = reinterpret_cast<TO*>(p[0]);
                     const TI* x = reinterpret_cast<const TI*>(p[1]);

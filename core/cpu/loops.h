@@ -16,6 +16,16 @@
 #include "core/cpu/parallel.h"
 #include "core/merge_dims.h"
 
+// On the per-row body of an elementwise loop: inline every call in it (the
+// op's lambda, conversions, vec_math), so the row loop vectorises. GCC's
+// inliner otherwise gives up on some bf16 instantiations and the loop then
+// calls the op once per element.
+#if defined(__GNUC__)
+#define TPX_INLINE_CALLS __attribute__((flatten))
+#else
+#define TPX_INLINE_CALLS
+#endif
+
 namespace tpx::cpu {
 
 // Calls fn(T{}) with T the C++ element type of dtype.

@@ -6,7 +6,7 @@
 #include <bit>
 #include <cstdint>
 
-// Compiles a (non-template, non-inline) function twice, for AVX-512
+// Compiles a (non-inline; templates too) function twice, for AVX-512
 // (x86-64-v4) and for the build's baseline, and picks one when the program
 // loads (an ifunc), so hot loops use the widest vectors the CPU has
 // without building for one fixed -march.
@@ -17,13 +17,22 @@
 #define TPX_VECTOR_CLONES
 #endif
 
+// The math below is called per element inside vectorised loops; a call the
+// compiler chose not to inline (it did for bf16 loops) stops the whole loop
+// from vectorising.
+#if defined(__GNUC__)
+#define TPX_VEC_INLINE inline __attribute__((always_inline))
+#else
+#define TPX_VEC_INLINE inline
+#endif
+
 namespace tpx::cpu {
 
 // e^x with at most ~2 ulp error over the float range (Cody-Waite range
 // reduction, degree-6 minimax polynomial on [-ln2/2, ln2/2]). Correct
 // limits: e^-inf = 0, e^+inf = +inf, overflow to +inf above ~88.72,
 // gradual underflow to subnormals and 0, NaN in gives NaN out.
-inline float Exp(float x) {
+TPX_VEC_INLINE float Exp(float x) {
   // Clamp so 2^n below stays within two normal-exponent factors; the clamp
   // keeps NaN (both comparisons are false).
   float xc = x < -104.0f ? -104.0f : x;
@@ -58,7 +67,7 @@ inline float Exp(float x) {
 // matters for GeLU): an odd rational function of x on [-4, 4] (numerator
 // degree 13, denominator degree 8 in x); |erf| rounds to 1 in float beyond.
 // NaN in gives NaN out.
-inline float Erf(float x) {
+TPX_VEC_INLINE float Erf(float x) {
   float xc = x < -4.0f ? -4.0f : x;
   xc = xc > 4.0f ? 4.0f : xc;
   const float x2 = xc * xc;
@@ -80,8 +89,8 @@ inline float Erf(float x) {
 }
 
 // Exact GeLU, x * Phi(x), and its derivative Phi(x) + x * phi(x).
-inline float Gelu(float x) { return 0.5f * x * (1.0f + Erf(x * 0.70710678118654752440f)); }
-inline float GeluGrad(float x) {
+TPX_VEC_INLINE float Gelu(float x) { return 0.5f * x * (1.0f + Erf(x * 0.70710678118654752440f)); }
+TPX_VEC_INLINE float GeluGrad(float x) {
   const float cdf = 0.5f * (1.0f + Erf(x * 0.70710678118654752440f));
   const float pdf = 0.39894228040143267794f * Exp(-0.5f * x * x);
   return cdf + x * pdf;

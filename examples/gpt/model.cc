@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
     TPX_ASSIGN_OR_RETURN(auto attn_out, layers::RowParallelLinear::Create(
                                             tp, c.d_model, c.d_model,
                                             {.input_is_parallel = true,
+                                             .skip_bias_add = true,
                                              .sequence_parallel = sp,
                                              .init_method = layers::NormalInit(out_std),
                                              .seed = ++next_seed,
@@ -116,7 +117,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
                                              .device = c.device}));
     TPX_ASSIGN_OR_RETURN(
         auto fc1, layers::ColumnParallelLinear::Create(tp, c.d_model, c.d_ff,
-                                                       {.sequence_parallel = sp,
+                                                       {.skip_bias_add = true,
+                                                        .sequence_parallel = sp,
                                                         .init_method = layers::NormalInit(kInitStd),
                                                         .seed = ++next_seed,
                                                         .params_dtype = c.dtype,
@@ -124,6 +126,7 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(comm::Communicator& t
     TPX_ASSIGN_OR_RETURN(
         auto fc2, layers::RowParallelLinear::Create(tp, c.d_ff, c.d_model,
                                                     {.input_is_parallel = true,
+                                                     .skip_bias_add = true,
                                                      .sequence_parallel = sp,
                                                      .init_method = layers::NormalInit(out_std),
                                                      .seed = ++next_seed,
@@ -206,6 +209,20 @@ absl::StatusOr<Variable> GptModel::HiddenDropout(const Variable& x, int64_t seq_
   return rng::Dropout(x, config_.dropout, training, &shard);
 }
 
+absl::StatusOr<Variable> GptModel::BiasDropoutResidual(const layers::LinearOutput& out,
+                                                       const Variable& residual, int64_t seq_len,
+                                                       bool training) const {
+  const Variable& x = out.output;
+  if (!training || config_.dropout == 0) {
+    return rng::BiasDropoutAdd(x, out.output_bias, residual, 0.0, /*training=*/false);
+  }
+  const int64_t local = x.shape()[0];
+  const int64_t offset = config_.sequence_parallel ? local * tp_->rank() : 0;
+  rng::ShardSpec shard{{seq_len, x.shape()[1], x.shape()[2]}, 0, offset, local};
+  TPX_ASSIGN_OR_RETURN(rng::RngFork fork, rng::GetRngTracker().Fork());
+  return rng::BiasDropoutAdd(x, out.output_bias, residual, config_.dropout, training, &shard);
+}
+
 absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int64_t b,
                                              bool training) const {
   const int64_t hl = heads_per_rank_;
@@ -248,15 +265,13 @@ absl::StatusOr<Variable> GptModel::BlockForward(const Block& blk, const Variable
   TPX_ASSIGN_OR_RETURN(layers::LinearOutput qkv, blk.qkv->Forward(h));
   TPX_ASSIGN_OR_RETURN(Variable ctx, Attention(qkv.output, t, b, training));
   TPX_ASSIGN_OR_RETURN(layers::LinearOutput attn, blk.attn_out->Forward(ctx));
-  TPX_ASSIGN_OR_RETURN(Variable a, HiddenDropout(attn.output, t, training));
-  TPX_ASSIGN_OR_RETURN(Variable x1, ag::Add(x, a));
+  TPX_ASSIGN_OR_RETURN(Variable x1, BiasDropoutResidual(attn, x, t, training));
 
   TPX_ASSIGN_OR_RETURN(h, ag::LayerNorm(x1, blk.ln2_w, blk.ln2_b, kLayerNormEps));
   TPX_ASSIGN_OR_RETURN(layers::LinearOutput up, blk.fc1->Forward(h));
-  TPX_ASSIGN_OR_RETURN(Variable g, ag::Gelu(up.output));
+  TPX_ASSIGN_OR_RETURN(Variable g, ag::BiasGelu(up.output, up.output_bias));
   TPX_ASSIGN_OR_RETURN(layers::LinearOutput down, blk.fc2->Forward(g));
-  TPX_ASSIGN_OR_RETURN(Variable m, HiddenDropout(down.output, t, training));
-  return ag::Add(x1, m);
+  return BiasDropoutResidual(down, x1, t, training);
 }
 
 absl::StatusOr<Variable> GptModel::Logits(const Tensor& tokens, bool training) const {

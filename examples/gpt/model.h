@@ -125,6 +125,11 @@ class GptModel {
   // Dropout of a [T(/tp), B, D] hidden-state slice, drawn as the slice of the
   // full [T, B, D] tensor's mask.
   absl::StatusOr<Variable> HiddenDropout(const Variable& x, int64_t seq_len, bool training) const;
+  // residual + HiddenDropout(out.output + out.output_bias) in one pass (the
+  // layers skip their bias add; the mask is the one HiddenDropout draws).
+  absl::StatusOr<Variable> BiasDropoutResidual(const layers::LinearOutput& out,
+                                               const Variable& residual, int64_t seq_len,
+                                               bool training) const;
   void AddParam(const Variable& v, bool tp_duplicate, bool sp_partial, bool weight_decay);
 
   comm::Communicator* tp_;
