@@ -134,6 +134,8 @@ class Backoff {
     yielding_ = false;
   }
   void Idle(Worker& worker);
+  // True while still busy-polling (before the first yield).
+  bool spinning() const { return !yielding_; }
 
  private:
   bool idle_since_valid_ = false;
