@@ -328,6 +328,12 @@ std::string RunMpiRound(const Setup& s, const std::string& binary, Samples* out)
     }
   }
   if (!ParseTimes(output, out)) return "the peer printed no times: " + output.substr(0, 600);
+  const size_t seen = output.find("{\"hosts_seen\":");
+  const int want_hosts = s.hosts != nullptr ? kHosts : 1;
+  if (seen == std::string::npos || std::atoi(output.c_str() + seen + 14) != want_hosts) {
+    return absl::StrCat("the Open MPI ranks did not run on ", want_hosts, " host(s): ",
+                        output.substr(0, 600));
+  }
   return "";
 }
 

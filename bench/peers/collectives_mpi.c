@@ -5,6 +5,7 @@
  *
  *   mpicc -O2 collectives_mpi.c -o collectives_mpi
  *   mpirun -np 2 ./collectives_mpi --ops=all_reduce,all_gather --sizes=4096,1048576 --reps=7
+ *   {"hosts_seen":1}
  *   {"op":"all_reduce","bytes":4096,"time_us":1.23}
  *
  * `bytes` means what it means in the tpx bench (nccl-tests' sizes): the
@@ -80,6 +81,27 @@ int main(int argc, char** argv) {
   double* per_op_us = malloc(sizeof(double) * reps);
   if (send == NULL || recv == NULL || per_op_us == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
   for (long long i = 0; i < max_bytes / 4; ++i) send[i] = 1.0f, recv[i] = 0.0f;
+
+  /* How many distinct hosts the ranks run on, so that a cross-host run can
+   * check its placement: {"hosts_seen":2}. */
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int name_len = 0;
+  MPI_Get_processor_name(name, &name_len);
+  char* names = malloc((size_t)world * MPI_MAX_PROCESSOR_NAME);
+  if (names == NULL) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  int hosts_seen = 0;
+  for (int i = 0; i < world; ++i) {
+    int first = 1;
+    for (int j = 0; j < i && first; ++j) {
+      first = strcmp(names + (size_t)i * MPI_MAX_PROCESSOR_NAME,
+                     names + (size_t)j * MPI_MAX_PROCESSOR_NAME) != 0;
+    }
+    hosts_seen += first;
+  }
+  free(names);
+  if (rank == 0) printf("{\"hosts_seen\":%d}\n", hosts_seen);
 
   char* save_op = NULL;
   for (char* op = strtok_r(ops, ",", &save_op); op != NULL; op = strtok_r(NULL, ",", &save_op)) {
