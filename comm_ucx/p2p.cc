@@ -157,6 +157,7 @@ Status OpIo::Wait(size_t index) {
   Pending& p = pending_[index];
   Backoff backoff;
   uint32_t busy_rounds = 0, idle_rounds = 0;
+  bool idled = false, yielded = false;
   while (p.request != nullptr) {
     ucp_tag_recv_info_t info{};
     ucs_status_t s = p.is_recv ? ucp_tag_recv_request_test(p.request, &info)
@@ -186,7 +187,10 @@ Status OpIo::Wait(size_t index) {
       TPX_PLUGIN_RETURN_IF_ERROR(CheckHealth());
     }
     backoff.Idle(worker_);
+    idled = true;
+    yielded = yielded || !backoff.spinning();
   }
+  if (idled) worker_.NoteWaitEnded(!yielded);
   return Status();
 }
 
