@@ -1,29 +1,84 @@
-// Collective benchmark for the UCX backend: starts --nproc rank processes on
-// this host and prints one JSON line per (op, size) with the median time per
-// operation and the bus bandwidth as nccl-tests defines it.
+// Collective benchmark of the UCX backend beside Open MPI, measured in the
+// same run: --rounds interleaved rounds (tpx, then Open MPI), each timing
+// every (op, size) as the median of --reps repetitions; printed is the
+// median over rounds, one JSON line per (impl, op, size):
 //
-//   bazel run -c opt //bench:collectives -- --nproc=4
-//   {"op":"all_reduce","backend":"ucx","world_size":4,"bytes":1048576,"time_us":...,"busbw_gbps":...}
+//   bazel run -c opt //bench:collectives -- [--nproc=2] [--rounds=3] [--cross_host]
+//   {"bench":"collectives","impl":"tpx","hosts":1,"world_size":2,"op":"all_reduce",
+//    "bytes":1048576,"time_us":...,"busbw_gbps":...,"best_us":...,"vs_openmpi":1.12}
+//   {"bench":"collectives","impl":"openmpi",...}
+//
+// tpx ranks are forked processes over the UCX plugin (shared memory on one
+// host). The Open MPI peer is bench/peers/collectives_mpi.c, compiled with
+// Debian's `mpicc` (libopenmpi-dev) when the bench starts and run with
+// `mpirun --bind-to none` (tpx's ranks are not bound either); without MPI it
+// prints a "skipped" line and tpx is measured alone. vs_openmpi is tpx's
+// busbw over Open MPI's (> 1: tpx faster). best_us is the fastest
+// repetition of all rounds: on a busy machine the medians carry the load,
+// the best times show what each implementation can do.
+//
+// --cross_host puts the ranks on 2 emulated hosts (network namespaces on a
+// bridge, testing/emulated_hosts.h; needs root, else a "skipped" line): tpx
+// talks UCX over TCP between them, Open MPI its TCP BTL (`--mca pml ob1
+// --mca btl tcp,self`), its daemon on the second host started through
+// bench/peers/emulated_host_rsh.sh.
 //
 // `bytes` is nccl-tests' size: the full f32 buffer (all_reduce, broadcast),
 // the gathered output (all_gather), the scattered input (reduce_scatter) or
-// one rank's send buffer (all_to_all).
+// one rank's send buffer (all_to_all); busbw as nccl-tests defines it.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "comm/plugin_abi.h"
 #include "comm_ucx/plugin_testutil.h"
+#include "testing/emulated_hosts.h"
+
+ABSL_FLAG(int, nproc, 2, "Ranks (with --cross_host: split evenly over the 2 hosts).");
+ABSL_FLAG(int, reps, 7, "Timed repetitions of each (op, size) per round; a round keeps their median.");
+ABSL_FLAG(int, rounds, 3, "Interleaved rounds (tpx, then Open MPI); printed: the median over rounds.");
+ABSL_FLAG(std::string, ops, "all_reduce,all_gather,reduce_scatter",
+          "Collectives; also broadcast and all_to_all (tpx only).");
+ABSL_FLAG(std::string, sizes, "4096,16384,65536,262144,1048576,4194304,16777216,67108864",
+          "Sizes in bytes (see the header for what `bytes` means per op).");
+ABSL_FLAG(int64_t, max_bytes, 0, "Drops sizes above this (0: none).");
+ABSL_FLAG(bool, openmpi, true, "Measure the Open MPI peer in the same rounds.");
+ABSL_FLAG(bool, cross_host, false,
+          "Ranks on 2 emulated hosts (network namespaces, TCP between them); needs root.");
+ABSL_FLAG(std::string, mpicc, "/usr/bin/mpicc", "Open MPI's compiler wrapper for the peer.");
+ABSL_FLAG(std::string, mpirun, "/usr/bin/mpirun", "Open MPI's launcher for the peer.");
 
 namespace {
 
 using tpx::ucx::testing::MakeArgs;
 using tpx::ucx::testing::RankEnv;
 using tpx::ucx::testing::RunOp;
+
+constexpr const char* kMpiPeerSource = "bench/peers/collectives_mpi.c";
+constexpr const char* kRshAgent = "bench/peers/emulated_host_rsh.sh";
+constexpr int kHosts = 2;
+
+bool MpiHasOp(const std::string& op) {
+  return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter";
+}
 
 // Runs `op` on buffers for `bytes`; returns "" or an error.
 std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, std::vector<float>& send,
@@ -81,12 +136,20 @@ double BusBwFactor(const std::string& op, int n) {
   return static_cast<double>(n - 1) / n;
 }
 
-std::string Bench(RankEnv& env, const std::vector<std::string>& ops,
-                  const std::vector<int64_t>& sizes, int reps) {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times every (op, size) on this rank; rank 0 writes "op bytes median_us
+// best_us" lines to `results`. The same loop as bench/peers/collectives_mpi.c.
+std::string MeasureRank(RankEnv& env, const std::vector<std::string>& ops,
+                        const std::vector<int64_t>& sizes, int reps, const std::string& results) {
   const int64_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   std::vector<float> send(max_bytes / 4, 1.0f), recv(max_bytes / 4, 0.0f);
   std::vector<int64_t> counts(env.world), displs(env.world);
   auto barrier = MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32);
+  std::string lines;
   for (const std::string& op : ops) {
     for (int64_t bytes : sizes) {
       // Enough iterations per repetition to dwarf the clock and the barrier.
@@ -103,74 +166,315 @@ std::string Bench(RankEnv& env, const std::vector<std::string>& ops,
         std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
         if (rep >= 0) per_op_us.push_back(took.count() / iters);
       }
-      std::sort(per_op_us.begin(), per_op_us.end());
-      const double us = per_op_us[per_op_us.size() / 2];
-      if (env.rank == 0) {
-        const double busbw = bytes / (us * 1e3) * BusBwFactor(op, env.world);
-        std::printf(
-            "{\"op\":\"%s\",\"backend\":\"ucx\",\"world_size\":%d,\"bytes\":%lld,"
-            "\"time_us\":%.2f,\"busbw_gbps\":%.3f}\n",
-            op.c_str(), env.world, static_cast<long long>(bytes), us, busbw);
-        std::fflush(stdout);
-      }
+      absl::StrAppend(&lines, op, " ", bytes, " ", Median(per_op_us), " ",
+                      *std::min_element(per_op_us.begin(), per_op_us.end()), "\n");
     }
   }
+  if (env.rank != 0) return "";
+  FILE* f = std::fopen(results.c_str(), "w");
+  if (f == nullptr) return "cannot write " + results;
+  const bool written = std::fputs(lines.c_str(), f) >= 0;
+  return std::fclose(f) == 0 && written ? "" : "cannot write " + results;
+}
+
+// Per-round times of one (op, size), in microseconds.
+struct Times {
+  std::vector<double> medians;
+  double best = 1e300;
+};
+using Samples = std::map<std::pair<std::string, int64_t>, Times>;
+
+// Parses "op bytes median best" lines (tpx) or the peer's JSON lines into `out`;
+// false if no line parsed.
+bool ParseTimes(const std::string& text, Samples* out) {
+  bool any = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    char op[64];
+    long long bytes = 0;
+    double us = 0, best = 0;
+    const std::string l(line);
+    if (std::sscanf(l.c_str(), "%63s %lld %lf %lf", op, &bytes, &us, &best) == 4 ||
+        std::sscanf(l.c_str(), "{\"op\":\"%63[^\"]\",\"bytes\":%lld,\"time_us\":%lf,\"best_us\":%lf}",
+                    op, &bytes, &us, &best) == 4) {
+      Times& t = (*out)[{op, bytes}];
+      t.medians.push_back(us);
+      t.best = std::min(t.best, best);
+      any = true;
+    }
+  }
+  return any;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::string out;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+// Runs a shell command; its stdout (and stderr), and whether it exited 0.
+bool Shell(const std::string& command, std::string* output) {
+  std::fflush(stdout);
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return false;
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) *output += buf;
+  const int rc = pclose(p);
+  return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+struct Setup {
+  std::vector<std::string> ops;
+  std::vector<int64_t> sizes;
+  int nproc;
+  int reps;
+  std::string dir;  // scratch directory of this run
+  tpx::testing::EmulatedHosts* hosts = nullptr;  // cross-host mode
+};
+
+// One round of tpx measurements; "" or why it failed.
+std::string RunTpxRound(const Setup& s, Samples* out) {
+  const std::string results = s.dir + "/tpx_results";
+  tpx::ucx::testing::RunOptions options;
+  options.run_timeout_ms = 600000;
+  options.comm_timeout_ms = 60000;
+  if (s.hosts != nullptr) {
+    const int per_host = s.nproc / kHosts;
+    options.env.clear();  // Enter() picks the host's device
+    options.enter_rank_host = [&s, per_host](int rank) {
+      absl::Status entered = s.hosts->Enter(rank / per_host);
+      return entered.ok() ? std::string() : entered.ToString();
+    };
+  }
+  std::string failure = tpx::ucx::testing::RunRanks(
+      s.nproc,
+      [&](RankEnv& env) { return MeasureRank(env, s.ops, s.sizes, s.reps, results); }, options);
+  if (!failure.empty()) return failure;
+  if (!ParseTimes(ReadFile(results), out)) return "rank 0 reported no times";
   return "";
+}
+
+// Compiles the Open MPI peer into s.dir; its path, or "" with `why` set.
+std::string BuildMpiPeer(const Setup& s, std::string* why) {
+  if (access(kMpiPeerSource, R_OK) != 0) {
+    *why = std::string(kMpiPeerSource) + " not found (run from the runfiles, e.g. bazel run)";
+    return "";
+  }
+  const std::string mpicc = absl::GetFlag(FLAGS_mpicc);
+  if (access(mpicc.c_str(), X_OK) != 0 || access(absl::GetFlag(FLAGS_mpirun).c_str(), X_OK) != 0) {
+    *why = "no " + mpicc + " / " + absl::GetFlag(FLAGS_mpirun) +
+           " (Debian: openmpi-bin libopenmpi-dev)";
+    return "";
+  }
+  const std::string binary = s.dir + "/collectives_mpi";
+  std::string output;
+  if (!Shell(absl::StrCat(Quote(mpicc), " -O2 -o ", Quote(binary), " ", kMpiPeerSource),
+             &output)) {
+    *why = "mpicc failed: " + output.substr(0, 300);
+    return "";
+  }
+  return binary;
+}
+
+// One round of Open MPI measurements; "" or why it failed.
+std::string RunMpiRound(const Setup& s, const std::string& binary, Samples* out) {
+  std::vector<std::string> mpi_ops;
+  for (const std::string& op : s.ops) {
+    if (MpiHasOp(op)) mpi_ops.push_back(op);
+  }
+  if (mpi_ops.empty()) return "";
+  std::vector<std::string> argv = {absl::GetFlag(FLAGS_mpirun), "--allow-run-as-root",
+                                   "-np", std::to_string(s.nproc), "--bind-to", "none"};
+  const std::vector<std::string> peer_args = {
+      binary, "--ops=" + absl::StrJoin(mpi_ops, ","), "--sizes=" + absl::StrJoin(s.sizes, ","),
+      "--reps=" + std::to_string(s.reps)};
+  std::string output;
+  if (s.hosts == nullptr) {
+    argv.insert(argv.end(), peer_args.begin(), peer_args.end());
+    std::string command;
+    for (const std::string& a : argv) absl::StrAppend(&command, Quote(a), " ");
+    if (!Shell(command, &output)) return "mpirun failed: " + output.substr(0, 600);
+  } else {
+    // mpirun on host 0; the daemon on host 1 comes through the rsh agent.
+    const int per_host = s.nproc / kHosts;
+    std::vector<std::string> host_list, agent_map;
+    for (int h = 0; h < kHosts; ++h) {
+      host_list.push_back(absl::StrCat(s.hosts->address(h), ":", per_host));
+      const std::string netns = s.hosts->netns_path(h);
+      agent_map.push_back(absl::StrCat(s.hosts->address(h), "=",
+                                       netns.substr(netns.rfind('/') + 1), "=",
+                                       s.hosts->hostname(h)));
+    }
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) return "getcwd failed";
+    const std::vector<std::string> mca = {
+        "--host", absl::StrJoin(host_list, ","),
+        "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+        "--mca", "btl_tcp_if_include", tpx::testing::EmulatedHosts::kDevice,
+        "--mca", "oob_tcp_if_include", tpx::testing::EmulatedHosts::kDevice,
+        "--mca", "plm_rsh_agent", absl::StrCat(cwd, "/", kRshAgent)};
+    argv.insert(argv.end(), mca.begin(), mca.end());
+    argv.insert(argv.end(), peer_args.begin(), peer_args.end());
+    const std::string log = s.dir + "/mpi_cross_host.log";
+    unlink(log.c_str());
+    auto pid = s.hosts->Spawn(
+        0, argv, log,
+        {"TPX_EMULATED_HOSTS=" + absl::StrJoin(agent_map, " "), "OMPI_ALLOW_RUN_AS_ROOT=1",
+         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"});
+    if (!pid.ok()) return pid.status().ToString();
+    auto rc = tpx::testing::WaitForExit(*pid, absl::Seconds(600));
+    output = ReadFile(log);
+    if (!rc.ok() || *rc != 0) {
+      return absl::StrCat("mpirun across hosts failed (",
+                          rc.ok() ? absl::StrCat("exit ", *rc) : rc.status().ToString(),
+                          "): ", output.substr(0, 600));
+    }
+  }
+  if (!ParseTimes(output, out)) return "the peer printed no times: " + output.substr(0, 600);
+  const size_t seen = output.find("{\"hosts_seen\":");
+  const int want_hosts = s.hosts != nullptr ? kHosts : 1;
+  if (seen == std::string::npos || std::atoi(output.c_str() + seen + 14) != want_hosts) {
+    return absl::StrCat("the Open MPI ranks did not run on ", want_hosts, " host(s): ",
+                        output.substr(0, 600));
+  }
+  return "";
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n' || c == '\t') {
+      out += ' ';
+    } else if (static_cast<unsigned char>(c) >= 0x20) {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void PrintSkipped(const std::string& impl, int hosts, const std::string& why) {
+  std::printf("{\"bench\":\"collectives\",\"impl\":\"%s\",\"hosts\":%d,\"skipped\":\"%s\"}\n",
+              impl.c_str(), hosts, JsonEscape(why).c_str());
+  std::fflush(stdout);
+}
+
+bool ParseList(const std::string& flag, const std::string& text, std::vector<int64_t>* out) {
+  for (absl::string_view v : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int64_t b = 0;
+    if (!absl::SimpleAtoi(v, &b) || b < 4) {
+      std::fprintf(stderr, "collectives: bad %s entry '%s' (bytes >= 4)\n", flag.c_str(),
+                   std::string(v).c_str());
+      return false;
+    }
+    out->push_back(b);
+  }
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = 2, reps = 7;
-  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                                  "all_to_all"};
-  std::vector<int64_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--nproc=", 0) == 0) {
-      nproc = std::atoi(arg.c_str() + 8);
-    } else if (arg.rfind("--reps=", 0) == 0) {
-      reps = std::max(1, std::atoi(arg.c_str() + 7));
-    } else if (arg.rfind("--ops=", 0) == 0) {
-      ops.clear();
-      std::string list = arg.substr(6);
-      for (size_t pos = 0; pos <= list.size();) {
-        size_t comma = list.find(',', pos);
-        if (comma == std::string::npos) comma = list.size();
-        ops.push_back(list.substr(pos, comma - pos));
-        pos = comma + 1;
-      }
-    } else if (arg.rfind("--sizes=", 0) == 0) {
-      sizes.clear();
-      for (const char* p = arg.c_str() + 8; *p != '\0';) {
-        char* end = nullptr;
-        sizes.push_back(std::strtoll(p, &end, 10));
-        p = (*end == ',') ? end + 1 : end;
-        if (end == p && *p != '\0') break;
-      }
-    } else if (arg.rfind("--max_bytes=", 0) == 0) {
-      const long long max_bytes = std::atoll(arg.c_str() + 12);
-      sizes.erase(std::remove_if(sizes.begin(), sizes.end(),
-                                 [&](int64_t s) { return s > max_bytes; }),
-                  sizes.end());
-    } else {
-      std::fprintf(stderr,
-                   "usage: collectives [--nproc=N] [--reps=R] [--ops=a,b] [--sizes=B,B] [--max_bytes=B]\n");
+  absl::ParseCommandLine(argc, argv);
+  Setup s;
+  s.nproc = absl::GetFlag(FLAGS_nproc);
+  s.reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  const bool cross_host = absl::GetFlag(FLAGS_cross_host);
+  for (absl::string_view op : absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
+    const std::string o(op);
+    if (!MpiHasOp(o) && o != "broadcast" && o != "all_to_all") {
+      std::fprintf(stderr, "collectives: unknown --ops entry '%s'\n", o.c_str());
       return 2;
     }
+    s.ops.push_back(o);
   }
-  if (nproc < 1 || sizes.empty()) {
-    std::fprintf(stderr, "collectives: need --nproc >= 1 and at least one size\n");
+  if (!ParseList("--sizes", absl::GetFlag(FLAGS_sizes), &s.sizes)) return 2;
+  if (const int64_t max = absl::GetFlag(FLAGS_max_bytes); max > 0) {
+    s.sizes.erase(std::remove_if(s.sizes.begin(), s.sizes.end(), [&](int64_t b) { return b > max; }),
+                  s.sizes.end());
+  }
+  if (s.nproc < 1 || s.sizes.empty() || s.ops.empty()) {
+    std::fprintf(stderr, "collectives: need --nproc >= 1, at least one op and one size\n");
     return 2;
   }
-  tpx::ucx::testing::RunOptions options;
-  options.run_timeout_ms = 600000;
-  options.comm_timeout_ms = 60000;
-  std::string failure = tpx::ucx::testing::RunRanks(
-      nproc, [&](RankEnv& env) { return Bench(env, ops, sizes, reps); }, options);
-  if (!failure.empty()) {
-    std::fprintf(stderr, "collectives: %s", failure.c_str());
+  if (cross_host && (s.nproc < kHosts || s.nproc % kHosts != 0)) {
+    std::fprintf(stderr, "collectives: --cross_host needs --nproc a multiple of %d\n", kHosts);
+    return 2;
+  }
+  const int num_hosts = cross_host ? kHosts : 1;
+  std::unique_ptr<tpx::testing::EmulatedHosts> hosts;
+  if (cross_host) {
+    auto created = tpx::testing::EmulatedHosts::Create(kHosts);
+    if (!created.ok()) {
+      PrintSkipped("tpx", num_hosts,
+                   "cannot emulate hosts with network namespaces (needs root): " +
+                       created.status().ToString());
+      return 0;
+    }
+    hosts = std::move(*created);
+    s.hosts = hosts.get();
+  }
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/tpx_collectives_XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) {
+    std::fprintf(stderr, "collectives: cannot create a scratch directory\n");
     return 1;
+  }
+  s.dir = dir;
+
+  std::string mpi_binary, mpi_skipped;
+  if (absl::GetFlag(FLAGS_openmpi)) {
+    mpi_binary = BuildMpiPeer(s, &mpi_skipped);
+  } else {
+    mpi_skipped = "--noopenmpi";
+  }
+  Samples tpx_times, mpi_times;
+  for (int round = 0; round < rounds; ++round) {
+    if (std::string e = RunTpxRound(s, &tpx_times); !e.empty()) {
+      std::fprintf(stderr, "collectives: tpx round %d: %s\n", round, e.c_str());
+      return 1;
+    }
+    if (mpi_binary.empty()) continue;
+    if (std::string e = RunMpiRound(s, mpi_binary, &mpi_times); !e.empty()) {
+      mpi_skipped = e;  // measured so far is dropped: rounds would not be comparable
+      mpi_binary.clear();
+      mpi_times.clear();
+    }
+  }
+  if (!mpi_skipped.empty()) PrintSkipped("openmpi", num_hosts, mpi_skipped);
+  for (const std::string& op : s.ops) {
+    for (int64_t bytes : s.sizes) {
+      const auto key = std::make_pair(op, bytes);
+      const double factor = BusBwFactor(op, s.nproc);
+      auto line = [&](const char* impl, const Times& t) {
+        const double us = Median(t.medians);
+        return absl::StrFormat(
+            "{\"bench\":\"collectives\",\"impl\":\"%s\",\"hosts\":%d,\"world_size\":%d,"
+            "\"op\":\"%s\",\"bytes\":%d,\"time_us\":%.2f,\"busbw_gbps\":%.3f,\"best_us\":%.2f,"
+            "\"rounds\":%d",
+            impl, num_hosts, s.nproc, op, bytes, us, bytes / (us * 1e3) * factor, t.best, rounds);
+      };
+      const Times& tpx = tpx_times[key];
+      std::string tpx_line = line("tpx", tpx);
+      auto mpi = mpi_times.find(key);
+      if (mpi != mpi_times.end()) {
+        absl::StrAppendFormat(&tpx_line, ",\"vs_openmpi\":%.2f",
+                              Median(mpi->second.medians) / Median(tpx.medians));
+        std::printf("%s}\n%s}\n", tpx_line.c_str(), line("openmpi", mpi->second).c_str());
+      } else {
+        std::printf("%s}\n", tpx_line.c_str());
+      }
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

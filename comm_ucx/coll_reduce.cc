@@ -37,7 +37,11 @@ class AccBuffer {
 // Recursive doubling over the largest power of two p <= n; the first
 // 2*(n-p) ranks pair up first (even sends to odd) and get the result back at
 // the end. Every rank ends with a bitwise identical `acc` (the ops commute).
-Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) {
+// With `input` (n a power of two, input already in the accumulation type)
+// `acc` starts uninitialised: the first exchange sends `input` itself and
+// combines it with the peer's straight into `acc`, saving a staging copy.
+Status RecursiveDoubling(OpIo& io, const CollArgs& a, const void* input, char* acc,
+                         int64_t count) {
   const int n = io.size(), r = io.rank();
   const size_t bytes = count * AccElementSize(a.dtype);
   int p = 1;
@@ -62,10 +66,15 @@ Status RecursiveDoubling(OpIo& io, const CollArgs& a, char* acc, int64_t count) 
     for (int mask = 1; mask < p; mask <<= 1, ++step) {
       const int vpeer = vrank ^ mask;
       const int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
+      const bool from_input = input != nullptr && mask == 1;
       io.Recv(peer, Sub(kPhaseA, step), tmp, bytes);
-      io.Send(peer, Sub(kPhaseA, step), acc, bytes);
+      io.Send(peer, Sub(kPhaseA, step), from_input ? input : acc, bytes);
       TPX_PLUGIN_RETURN_IF_ERROR(io.WaitAll());
-      ReduceAcc(a.dtype, a.op, acc, tmp, count);
+      if (from_input) {
+        ReduceInto(a.dtype, a.op, acc, input, tmp, count);
+      } else {
+        ReduceAcc(a.dtype, a.op, acc, tmp, count);
+      }
     }
   }
   if (r < 2 * rem) {
@@ -97,8 +106,14 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
     return Status();
   }
   if (UseTree(a, n)) {
+    if (esz == asz && (n & (n - 1)) == 0) {
+      char* acc = static_cast<char*>(a.recv);
+      TPX_PLUGIN_RETURN_IF_ERROR(RecursiveDoubling(io, a, a.send, acc, a.count));
+      FromAcc(a.dtype, a.op, n, acc, a.recv, a.count);
+      return Status();
+    }
     AccBuffer acc(io, a.dtype, a.send, a.recv, a.count);
-    TPX_PLUGIN_RETURN_IF_ERROR(RecursiveDoubling(io, a, acc.data(), a.count));
+    TPX_PLUGIN_RETURN_IF_ERROR(RecursiveDoubling(io, a, nullptr, acc.data(), a.count));
     FromAcc(a.dtype, a.op, n, acc.data(), a.recv, a.count);
     return Status();
   }

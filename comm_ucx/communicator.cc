@@ -119,6 +119,12 @@ bool Communicator::Wait(OpState& op, int64_t timeout_ms) {
   while (!op.done()) {
     if (may_drive) {
       std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+      // The executor may hold the lock for a moment of idle progress: try
+      // again for a few microseconds before waiting in slices.
+      for (int i = 0; i < 256 && !drive.owns_lock() && !op.done(); ++i) {
+        __builtin_ia32_pause();
+        drive.try_lock();
+      }
       if (drive.owns_lock()) {
         Drive(&op);
         continue;
@@ -137,7 +143,8 @@ void Communicator::ExecutorLoop() {
   // While the communicator is busy the executor ticks every `tick` and runs
   // work that has waited a whole tick without any thread driving it (a
   // waiting thread normally runs its own operations). After a quiet spell it
-  // sleeps until the next post wakes it. No wake-up per operation.
+  // sleeps until the next post wakes it. No wake-up per operation. During
+  // the quiet spell it progresses the worker on each tick (ProgressIdle).
   const auto tick = std::chrono::microseconds(GetTunables().tick_us);
   const auto quiet = std::chrono::milliseconds(10);
   auto last_work = Clock::now();
@@ -146,12 +153,19 @@ void Communicator::ExecutorLoop() {
   while (!stop_) {
     if (!HasWork()) {
       work_seen = false;
-      if (Clock::now() - last_work > quiet) {
+      const auto last_start =
+          Clock::time_point(Clock::duration(last_start_.load(std::memory_order_relaxed)));
+      if (Clock::now() - std::max(last_work, last_start) > quiet) {
         executor_sleeping_ = true;
         cv_.wait(lock, [&] { return stop_ || HasWork(); });
         executor_sleeping_ = false;
+        last_work = Clock::now();  // a post woke it
       } else {
         cv_.wait_for(lock, tick, [&] { return stop_; });
+        lock.unlock();
+        const bool progressed = ProgressIdle();
+        lock.lock();
+        if (progressed) last_work = Clock::now();
       }
       continue;
     }
@@ -169,6 +183,14 @@ void Communicator::ExecutorLoop() {
     }
     lock.lock();
   }
+}
+
+bool Communicator::ProgressIdle() {
+  std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+  if (!drive.owns_lock() || HasWork() || worker_->closed()) return false;
+  bool any = false;
+  for (int i = 0; i < 64 && worker_->Progress(); ++i) any = true;
+  return any;
 }
 
 bool Communicator::PopQueued(Queued* out) {
@@ -207,6 +229,11 @@ void Communicator::Finish(Queued& op, Status status) {
 }
 
 void Communicator::Execute(Queued op) {
+  running_.fetch_add(1, std::memory_order_release);
+  struct Done {
+    std::atomic<size_t>& running;
+    ~Done() { running.fetch_sub(1, std::memory_order_release); }
+  } done{running_};
   const CollArgs& a = op.args;
   const bool collective = !IsPointToPoint(a.kind);
   if (failed_.ok()) {
@@ -239,7 +266,9 @@ void Communicator::Execute(Queued op) {
                                                  "' failed earlier: " + failed_.message()));
     return;
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms_);
+  const auto start = Clock::now();
+  last_start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
   if (collective) worker_->SetCollective(coll_seq_, true);
   auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, a.seq, collective,
                                    deadline);

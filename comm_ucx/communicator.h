@@ -89,8 +89,15 @@ class Communicator {
   void ExecutorLoop();
   bool HasWork() const {
     return queued_.load(std::memory_order_acquire) > 0 ||
-           in_flight_count_.load(std::memory_order_acquire) > 0;
+           in_flight_count_.load(std::memory_order_acquire) > 0 ||
+           running_.load(std::memory_order_acquire) > 0;
   }
+  // A few rounds of worker progress when nothing runs and nobody drives;
+  // true if anything happened. A rank whose operations completed may still
+  // owe its peers protocol messages (a rendezvous receive's acknowledgement
+  // that found no room to go out at once); a peer's send waits for them,
+  // so they must leave even while this rank's threads do something else.
+  bool ProgressIdle();
   // With drive_mu_ held: runs queued ops and progresses in-flight ones until
   // `target` is done (or, for null, until no work is left or stop).
   void Drive(const OpState* target);
@@ -120,6 +127,11 @@ class Communicator {
   std::mutex drive_mu_;
   std::deque<InFlight> in_flight_;
   std::atomic<size_t> in_flight_count_{0};
+  // Operations being executed (popped from the queue, not yet finished), and
+  // when the latest one started (steady clock ticks): the executor keeps
+  // progressing the worker for a quiet spell after activity.
+  std::atomic<size_t> running_{0};
+  std::atomic<int64_t> last_start_{0};
   Status failed_;
   Scratch scratch_;
   uint64_t coll_seq_ = 0;

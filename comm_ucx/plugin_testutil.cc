@@ -30,6 +30,12 @@ std::string TempDir() {
 int RankMain(int rank, int world, const std::string& dir,
              const std::function<std::string(RankEnv&)>& body, const RunOptions& options) {
   for (const auto& [name, value] : options.env) setenv(name.c_str(), value.c_str(), 1);
+  if (options.enter_rank_host) {
+    if (std::string e = options.enter_rank_host(rank); !e.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.c_str());
+      return 1;
+    }
+  }
   std::string error;
   const tpx_comm_plugin_v1_t* plugin = LoadPlugin(&error);
   if (plugin == nullptr) {

@@ -43,6 +43,9 @@ struct RunOptions {
   // Environment variables set in each rank before the plugin loads. UCX's
   // TCP transport is kept on the loopback device: ranks here share a host.
   std::vector<std::pair<std::string, std::string>> env = {{"UCX_NET_DEVICES", "lo"}};
+  // Runs first in each rank process, after `env` is set (e.g. to move it onto
+  // an emulated host, testing/emulated_hosts.h); "" or why it failed.
+  std::function<std::string(int rank)> enter_rank_host;
 };
 
 // Forks `world` processes. Each loads the plugin, creates a communicator

@@ -124,7 +124,11 @@ Status RingAllGather(OpIo& io, void* buf, size_t elem_size, const Blocks& blocks
     return Status();
   }
   const int right = RankMod(r + 1, n), left = RankMod(r - 1, n);
-  const Chunking ch = ChunkingFor(elem_size);
+  // Chunks only let a block be forwarded before it fully arrived; with two
+  // ranks nothing is forwarded and each block goes as one message (one
+  // rendezvous, one single-copy transfer).
+  const Chunking ch =
+      n == 2 ? Chunking{std::max<int64_t>(1, blocks.max_count())} : ChunkingFor(elem_size);
   const int64_t max_chunks = ch.Count(blocks.max_count());
   char* base = static_cast<char*>(buf);
   // At step s this rank sends block r-s and receives block r-s-1, which it

@@ -21,7 +21,7 @@ const Tunables& GetTunables() {
     t.chunk_bytes = static_cast<size_t>(EnvInt("TPX_UCX_CHUNK_BYTES", 1 << 20));
     if (t.chunk_bytes < 4096) t.chunk_bytes = 4096;
     t.small_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SMALL_BYTES", 64 << 10));
-    t.spin_us = EnvInt("TPX_UCX_SPIN_US", 2);
+    t.spin_us = EnvInt("TPX_UCX_SPIN_US", 50);
     t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
     t.tick_us = EnvInt("TPX_UCX_TICK_US", 200);
     if (t.tick_us < 10) t.tick_us = 10;

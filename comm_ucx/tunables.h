@@ -6,7 +6,11 @@
 // TPX_UCX_CHUNK_BYTES      pipeline chunk of ring algorithms (default 1 MiB)
 // TPX_UCX_SMALL_BYTES      all-reduce/reduce/broadcast below this use
 //                          latency-optimal trees (default 64 KiB)
-// TPX_UCX_SPIN_US          busy-poll time before yielding (default 2)
+// TPX_UCX_SPIN_US          longest busy-poll before yielding (default 50: a
+//                          small collective's peer usually answers within
+//                          it, and a yield costs more than the whole op);
+//                          each worker adapts its window below it
+//                          (Worker::spin_us)
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
 // TPX_UCX_TICK_US          how long posted work may sit undriven before the
 //                          executor thread runs it (default 200)

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <cstdlib>
@@ -244,6 +245,15 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
   return Status();
 }
 
+Worker::Worker(int rank, int size)
+    : rank_(rank), size_(size), notices_(rank, size), spin_us_(GetTunables().spin_us) {}
+
+void Worker::NoteWaitEnded(bool while_polling) {
+  const int64_t max = GetTunables().spin_us;
+  spin_us_ = while_polling ? std::min(max, std::max<int64_t>(1, spin_us_ * 2))
+                           : std::max<int64_t>(1, spin_us_ / 2);
+}
+
 void Worker::AnnounceFailure(int code, const std::string& why, const uint64_t* seq,
                              uint64_t public_seq) {
   if (failure_announced_ || closed_ || size_ == 1) return;
@@ -348,12 +358,12 @@ void Backoff::Idle(Worker& worker) {
     return;
   }
   auto idle = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - idle_since_);
-  if (idle.count() < t.spin_us) {
+  if (idle.count() < worker.spin_us()) {
     __builtin_ia32_pause();
     return;
   }
   yielding_ = true;
-  if (idle.count() < t.spin_us + t.yield_us) {
+  if (idle.count() < worker.spin_us() + t.yield_us) {
     sched_yield();
     return;
   }

@@ -58,6 +58,14 @@ class Worker {
   // Sleeps until UCX has events or `max_sleep` passed (whichever first).
   void Sleep(std::chrono::microseconds max_sleep);
 
+  // How long a wait busy-polls before it yields (Backoff), adapted to how
+  // waits end: doubled (up to TPX_UCX_SPIN_US) after a wait that ended
+  // while polling, halved (down to 1 us) after one that ended only once
+  // this rank yielded, as when the peer shares this core and cannot run
+  // while this rank spins (a busy 2-core host).
+  int64_t spin_us() const { return spin_us_; }
+  void NoteWaitEnded(bool while_polling);
+
   // Peer failures reported by UCX: a counter that changes on each new one,
   // and the status per peer (UCS_OK while healthy).
   int failure_count() const { return failure_count_.load(std::memory_order_acquire); }
@@ -101,7 +109,7 @@ class Worker {
     int pid = 0;
     uint64_t start_time = 0;
   };
-  Worker(int rank, int size) : rank_(rank), size_(size), notices_(rank, size) {}
+  Worker(int rank, int size);
   static void OnEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   void MarkFailed(int peer, ucs_status_t status, std::string why);
 
@@ -121,12 +129,13 @@ class Worker {
   uint64_t next_collective_ = 0;
   bool in_collective_ = false;
   bool failure_announced_ = false;
+  int64_t spin_us_;
 };
 
-// Adaptive waiting while an operation waits for peers: busy-polls first (a
-// cross-process wake-up costs tens of microseconds), then yields the CPU,
-// then sleeps on the worker's event fd in short slices. Reset() after
-// progress was made.
+// Adaptive waiting while an operation waits for peers: busy-polls first
+// (for worker.spin_us(): a cross-process wake-up costs tens of
+// microseconds), then yields the CPU, then sleeps on the worker's event fd
+// in short slices. Reset() after progress was made.
 class Backoff {
  public:
   void Reset() {
@@ -134,6 +143,8 @@ class Backoff {
     yielding_ = false;
   }
   void Idle(Worker& worker);
+  // True while still busy-polling (before the first yield).
+  bool spinning() const { return !yielding_; }
 
  private:
   bool idle_since_valid_ = false;

@@ -8,6 +8,7 @@ packages=(
   g++ libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libdnnl-dev libucx-dev nlohmann-json3-dev
   openmpi-bin  # mpirun for //tools:launchers_test (which skips without it)
+  libopenmpi-dev  # mpicc for the Open MPI peer of //bench:collectives (compiled when it runs)
   "$@"
 )
 
