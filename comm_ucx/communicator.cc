@@ -144,9 +144,15 @@ void Communicator::ExecutorLoop() {
   // work that has waited a whole tick without any thread driving it (a
   // waiting thread normally runs its own operations). After a quiet spell it
   // sleeps until the next post wakes it. No wake-up per operation. During
-  // the quiet spell it progresses the worker on each tick (ProgressIdle).
+  // the quiet spell it progresses the worker on each tick (ProgressIdle);
+  // after it, it still progresses the worker at a slowing pace (1 ms doubling
+  // to 64 ms), so that a protocol message this rank owes a peer always
+  // leaves, however long the rank's threads stay away from the communicator.
   const auto tick = std::chrono::microseconds(GetTunables().tick_us);
   const auto quiet = std::chrono::milliseconds(10);
+  constexpr auto kFirstIdleWake = std::chrono::milliseconds(1);
+  constexpr auto kLastIdleWake = std::chrono::milliseconds(64);
+  auto idle_wake = kFirstIdleWake;
   auto last_work = Clock::now();
   bool work_seen = false;
   std::unique_lock<std::mutex> lock(mu_);
@@ -157,9 +163,22 @@ void Communicator::ExecutorLoop() {
           Clock::time_point(Clock::duration(last_start_.load(std::memory_order_relaxed)));
       if (Clock::now() - std::max(last_work, last_start) > quiet) {
         executor_sleeping_ = true;
-        cv_.wait(lock, [&] { return stop_ || HasWork(); });
+        const bool woken = cv_.wait_for(lock, idle_wake, [&] { return stop_ || HasWork(); });
         executor_sleeping_ = false;
-        last_work = Clock::now();  // a post woke it
+        if (woken) {
+          last_work = Clock::now();  // a post woke it
+          idle_wake = kFirstIdleWake;
+          continue;
+        }
+        lock.unlock();
+        const bool progressed = ProgressIdle();
+        lock.lock();
+        if (progressed) {
+          last_work = Clock::now();
+          idle_wake = kFirstIdleWake;
+        } else {
+          idle_wake = std::min(2 * idle_wake, std::chrono::milliseconds(kLastIdleWake));
+        }
       } else {
         cv_.wait_for(lock, tick, [&] { return stop_; });
         lock.unlock();
