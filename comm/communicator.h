@@ -150,10 +150,6 @@ class Communicator {
   // none and gets nullptr. Collective over this communicator.
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key);
 
-  // Normalises, validates and posts `args`. The typed calls above go through
-  // here; exposed for layers that build CollectiveArgs themselves.
-  Work Issue(CollectiveArgs args);
-
  protected:
   // Starts an already-validated operation.
   virtual Work Post(const CollectiveArgs& args) = 0;
@@ -163,7 +159,8 @@ class Communicator {
   // waiting for this rank (a call rejected on every rank alike leaves the
   // communicator usable). Send/recv rejections stay local.
   virtual Work Reject(absl::string_view op, absl::Status why) { return Work(std::move(why)); }
-  // Issues checked args, or rejects the collective whose check failed.
+  // Issues the args a Tensor form checked (shapes; devices, which only the
+  // Tensor forms set), or rejects the collective whose check failed.
   Work IssueChecked(absl::string_view op, absl::StatusOr<CollectiveArgs> checked);
   // Creates the subgroup after the host has grouped ranks: this rank becomes
   // `new_rank` of members.size(); members are ranks of this communicator in
@@ -172,6 +169,11 @@ class Communicator {
       int color, int key, std::vector<int32_t> members, int new_rank, std::string name) = 0;
 
  private:
+  // Normalises, validates (comm/validate.h: counts, layouts, roots, peers,
+  // dtypes, buffers) and posts `args`, or rejects them. Every typed call,
+  // raw or Tensor form, ends here.
+  Work Issue(CollectiveArgs args);
+
   int split_count_ = 0;
 };
 

@@ -79,7 +79,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Init(const InitOptions& options) {
   comm_options.size = launch.world_size;
   comm_options.name = "world";
   comm_options.timeout = timeout;
-  comm_options.device = backend == "ucx" ? -1 : launch.local_rank;
+  // A device backend binds each rank to the CUDA device of its local rank;
+  // a host backend gets no device (comm/plugin_abi.h, config.device).
+  comm_options.device = plugin->device_memory() ? launch.local_rank : -1;
   comm_options.debug_checks = DebugChecksFromEnv();
   return PluginCommunicator::Create(std::move(plugin), comm_options,
                                     std::shared_ptr<Store>(std::move(*store)), std::move(server));

@@ -4,7 +4,7 @@
 //
 //   CollectiveArgs a = MakeAllReduce(send, recv, n, DType::kF32, ReduceOp::kSum);
 //   a.device = Device::CUDA(0);
-//   Work w = comm.Issue(std::move(a));
+//   return IssueChecked(op, std::move(a));  // inside a Communicator member
 #ifndef TPX_COMM_MAKE_COLLECTIVE_H_
 #define TPX_COMM_MAKE_COLLECTIVE_H_
 

@@ -29,12 +29,13 @@ extern "C" {
 #endif
 
 #define TPX_COMM_PLUGIN_MAGIC 0x43585054u /* "TPXC" little-endian */
-#define TPX_COMM_PLUGIN_ABI_VERSION 2u
+#define TPX_COMM_PLUGIN_ABI_VERSION 3u
 /* The oldest version the host still reads. */
 #define TPX_COMM_PLUGIN_ABI_VERSION_MIN 1u
 #define TPX_COMM_PLUGIN_ENTRY_SYMBOL "tpx_comm_plugin_entry"
 
-/* Same numbering as tpx::DType (core/dtype.h). */
+/* tpx::DType (core/dtype.h) has the same numbering; comm/plugin_communicator.cc
+ * static_asserts it, like the other host-side twins of the enums below. */
 typedef enum {
   TPX_DTYPE_F32 = 0,
   TPX_DTYPE_BF16 = 1,
@@ -52,7 +53,7 @@ typedef enum {
   TPX_REDUCE_PROD = 4
 } tpx_reduce_op_t;
 
-/* Same numbering as absl::StatusCode for the codes used. */
+/* absl::StatusCode numbering (static_asserted in comm/store_abi.cc). */
 typedef enum {
   TPX_OK = 0,
   TPX_ERR_INVALID_ARGUMENT = 3,
@@ -202,6 +203,34 @@ typedef struct {
   int (*reject)(tpx_comm_t comm, const tpx_coll_args_v1_t* args, const char* reason,
                 tpx_error_t* err);
 } tpx_comm_plugin_v2_t;
+
+/* Log severities; tpx::LogSeverity (core/log.h) has the same numbering
+ * (static_asserted in comm/plugin_loader.cc). There is no fatal level: a
+ * plugin reports failures as status codes and never ends the process. */
+typedef enum {
+  TPX_LOG_INFO = 0,
+  TPX_LOG_WARNING = 1,
+  TPX_LOG_ERROR = 2
+} tpx_log_level_t;
+
+/* What the host offers a plugin (version 3 and later). The struct and its
+ * functions stay valid until the process ends; any thread may call them. */
+typedef struct {
+  uint32_t struct_size;
+  void* ctx;
+  /* Writes one line to the host's log (core/log.h), which adds the severity,
+   * the rank and `file`:`line` (the plugin's source location, may be NULL). */
+  void (*log)(void* ctx, tpx_log_level_t level, const char* file, int line, const char* message);
+} tpx_host_v1_t;
+
+/* Version 3: version 2 plus host services. */
+typedef struct {
+  tpx_comm_plugin_v2_t v2; /* v2.v1.header.abi_version == 3; v2.reject may be NULL */
+  /* Called once after loading by a host that reads version 3, instead of
+   * v1.init (which stays for older hosts). `host` is the host's services;
+   * otherwise like v1.init. */
+  int (*init_with_host)(const tpx_host_v1_t* host, tpx_error_t* err);
+} tpx_comm_plugin_v3_t;
 
 /* The one exported symbol. `host_abi_version` is the newest version the host
  * reads; the plugin returns its newest struct not newer than that, or NULL. */

@@ -21,6 +21,32 @@ bool DebugChecksFromEnv() {
 
 namespace {
 
+// DType, ReduceOp and CollectiveKind cross the ABI as their numbers (PostRaw).
+#define TPX_SAME_NUMBER(abi, host) static_assert(static_cast<int>(abi) == static_cast<int>(host))
+TPX_SAME_NUMBER(TPX_DTYPE_F32, DType::kF32);
+TPX_SAME_NUMBER(TPX_DTYPE_BF16, DType::kBF16);
+TPX_SAME_NUMBER(TPX_DTYPE_F16, DType::kF16);
+TPX_SAME_NUMBER(TPX_DTYPE_I32, DType::kI32);
+TPX_SAME_NUMBER(TPX_DTYPE_I64, DType::kI64);
+TPX_SAME_NUMBER(TPX_DTYPE_BOOL, DType::kBool);
+TPX_SAME_NUMBER(TPX_REDUCE_SUM, ReduceOp::kSum);
+TPX_SAME_NUMBER(TPX_REDUCE_AVG, ReduceOp::kAvg);
+TPX_SAME_NUMBER(TPX_REDUCE_MAX, ReduceOp::kMax);
+TPX_SAME_NUMBER(TPX_REDUCE_MIN, ReduceOp::kMin);
+TPX_SAME_NUMBER(TPX_REDUCE_PROD, ReduceOp::kProd);
+TPX_SAME_NUMBER(TPX_COLL_ALL_REDUCE, CollectiveKind::kAllReduce);
+TPX_SAME_NUMBER(TPX_COLL_BROADCAST, CollectiveKind::kBroadcast);
+TPX_SAME_NUMBER(TPX_COLL_REDUCE, CollectiveKind::kReduce);
+TPX_SAME_NUMBER(TPX_COLL_ALL_GATHER_V, CollectiveKind::kAllGatherV);
+TPX_SAME_NUMBER(TPX_COLL_REDUCE_SCATTER_V, CollectiveKind::kReduceScatterV);
+TPX_SAME_NUMBER(TPX_COLL_GATHER_V, CollectiveKind::kGatherV);
+TPX_SAME_NUMBER(TPX_COLL_SCATTER_V, CollectiveKind::kScatterV);
+TPX_SAME_NUMBER(TPX_COLL_ALL_TO_ALL_V, CollectiveKind::kAllToAllV);
+TPX_SAME_NUMBER(TPX_COLL_SEND, CollectiveKind::kSend);
+TPX_SAME_NUMBER(TPX_COLL_RECV, CollectiveKind::kRecv);
+TPX_SAME_NUMBER(TPX_COLL_BARRIER, CollectiveKind::kBarrier);
+#undef TPX_SAME_NUMBER
+
 // Everything a communicator and its in-flight Work share; kept alive by
 // both so a Work may outlive its communicator.
 struct Shared {
@@ -207,18 +233,11 @@ class PluginCommunicatorImpl : public Communicator {
   int size() const override { return shared_->options.size; }
   const std::string& name() const override { return shared_->options.name; }
   const std::string& backend() const override { return shared_->plugin->name(); }
-  // The ABI's capability flag: only device backends implement stream_wait.
-  bool device_memory() const override { return shared_->plugin->api().stream_wait != nullptr; }
+  bool device_memory() const override { return shared_->plugin->device_memory(); }
   int device() const override { return shared_->options.device; }
 
  protected:
   Work Post(const CollectiveArgs& args) override {
-    if (args.device.is_cuda() && !device_memory()) {
-      // The Tensor forms check this; Issue() callers may not have.
-      return Work(absl::InvalidArgumentError(
-          absl::StrCat(args.name, " on rank ", rank(), " of ", size(), ": ", backend(),
-                       " backend takes host memory; buffers are on ", args.device.ToString())));
-    }
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t seq = last_seq_;
     if (!IsPointToPoint(args.kind)) {

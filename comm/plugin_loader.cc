@@ -15,9 +15,35 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "comm/store_abi.h"
+#include "core/log.h"
 
 namespace tpx::comm {
 namespace {
+
+static_assert(TPX_LOG_INFO == static_cast<int>(LogSeverity::kInfo));
+static_assert(TPX_LOG_WARNING == static_cast<int>(LogSeverity::kWarning));
+static_assert(TPX_LOG_ERROR == static_cast<int>(LogSeverity::kError));
+
+// tpx_host_v1_t.log: a plugin's line in tpx's own log. Unknown levels are
+// logged as errors; a plugin cannot end the process through the log.
+void HostLog(void*, tpx_log_level_t level, const char* file, int line, const char* message) {
+  LogSeverity severity = LogSeverity::kError;
+  if (level == TPX_LOG_INFO) severity = LogSeverity::kInfo;
+  if (level == TPX_LOG_WARNING) severity = LogSeverity::kWarning;
+  log_internal::LogMessage(severity, file != nullptr ? file : "plugin", line).stream()
+      << (message != nullptr ? message : "");
+}
+
+const tpx_host_v1_t kHostServices = {sizeof(tpx_host_v1_t), nullptr, &HostLog};
+
+// The size of the whole plugin struct of ABI version `abi_version`.
+size_t PluginStructSize(uint32_t abi_version) {
+  switch (abi_version) {
+    case 1: return sizeof(tpx_comm_plugin_v1_t);
+    case 2: return sizeof(tpx_comm_plugin_v2_t);
+    default: return sizeof(tpx_comm_plugin_v3_t);
+  }
+}
 
 std::string ExecutablePath() {
   char buf[4096];
@@ -108,8 +134,7 @@ absl::StatusOr<std::shared_ptr<const Plugin>> LoadPluginFromFile(const std::stri
         TPX_COMM_PLUGIN_ABI_VERSION_MIN, " to ", TPX_COMM_PLUGIN_ABI_VERSION,
         "; rebuild the plugin and the program from the same tpx sources."));
   }
-  const size_t full_size = header->abi_version >= 2 ? sizeof(tpx_comm_plugin_v2_t)
-                                                    : sizeof(tpx_comm_plugin_v1_t);
+  const size_t full_size = PluginStructSize(header->abi_version);
   if (header->struct_size < full_size) {
     return absl::FailedPreconditionError(absl::StrCat(
         "comm backend '", name, "': ", path, " declares plugin ABI version ",
@@ -123,13 +148,21 @@ absl::StatusOr<std::shared_ptr<const Plugin>> LoadPluginFromFile(const std::stri
     return absl::FailedPreconditionError(absl::StrCat(
         "comm backend '", name, "': ", path, " leaves a required function pointer null"));
   }
+  const tpx_comm_plugin_v3_t* api_v3 =
+      header->abi_version >= 3 ? reinterpret_cast<const tpx_comm_plugin_v3_t*>(header) : nullptr;
+  if (api_v3 != nullptr && api_v3->init_with_host == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "comm backend '", name, "': ", path, " declares plugin ABI version ",
+        header->abi_version, " but leaves init_with_host null"));
+  }
   const std::string plugin_name = header->name ? header->name : "";
   if (plugin_name != name) {
     return absl::FailedPreconditionError(absl::StrCat("comm backend '", name, "': ", path,
                                                       " calls itself '", plugin_name, "'"));
   }
   tpx_error_t err{};
-  int rc = api->init(&err);
+  // A version-3 plugin gets the host's services (its log goes to core/log.h).
+  int rc = api_v3 != nullptr ? api_v3->init_with_host(&kHostServices, &err) : api->init(&err);
   if (rc != TPX_OK) {
     // Keep the library loaded: a failed init may have started threads.
     return PluginCodeToStatus(rc, err,

@@ -9,8 +9,9 @@
 // each as <root>/tpx/comm_<name>/), then the binary's directory and
 // <binary dir>/../comm_<name>/. Each failure (file not found — listing the
 // paths tried —, dlopen error, missing entry symbol, wrong magic, ABI
-// version mismatch, init failure) is its own FailedPrecondition/NotFound
-// with advice. A plugin is loaded and initialised once per process;
+// version mismatch, struct smaller than its declared version, init failure)
+// is its own FailedPrecondition/NotFound with advice. Plugins of ABI version
+// 3 get the host's services at init: their log lines go to core/log.h. A plugin is loaded and initialised once per process;
 // thread-safe.
 #ifndef TPX_COMM_PLUGIN_LOADER_H_
 #define TPX_COMM_PLUGIN_LOADER_H_
@@ -30,6 +31,10 @@ class Plugin {
   const tpx_comm_plugin_v1_t& api() const { return *api_; }
   // Version-2 functions; null for a version-1 plugin.
   const tpx_comm_plugin_v2_t* api_v2() const { return api_v2_; }
+  // The plugin's capability flag for CUDA device memory (a non-null
+  // stream_wait, comm/plugin_abi.h): such a backend takes CUDA buffers and
+  // binds each communicator to a CUDA device.
+  bool device_memory() const { return api_->stream_wait != nullptr; }
   const std::string& name() const { return name_; }
   const std::string& version() const { return version_; }
   const std::string& path() const { return path_; }

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "comm/file_store.h"
 #include "comm/plugin_communicator.h"
+#include "core/log.h"
 #include "gtest/gtest.h"
 
 namespace tpx::comm {
@@ -42,7 +44,75 @@ TEST_F(PluginLoaderTest, MissingPluginListsPathsAndAdvice) {
 
 TEST_F(PluginLoaderTest, WrongAbiVersion) {
   ExpectMessage(LoadPlugin("badabi").status(), absl::StatusCode::kFailedPrecondition,
-                {"badabi", "ABI version 99", "reads versions 1 to 2"});
+                {"badabi", "ABI version 99",
+                 absl::StrCat("reads versions 1 to ", TPX_COMM_PLUGIN_ABI_VERSION)});
+}
+
+TEST_F(PluginLoaderTest, StructSmallerThanItsDeclaredVersion) {
+  // Declares version 2 but is only as large as the version-1 struct: the
+  // loader must not read reject() past its end.
+  ExpectMessage(LoadPlugin("badsize").status(), absl::StatusCode::kFailedPrecondition,
+                {"badsize", "declares plugin ABI version 2",
+                 absl::StrCat("struct has ", sizeof(tpx_comm_plugin_v1_t), " bytes"),
+                 absl::StrCat("that version has ", sizeof(tpx_comm_plugin_v2_t))});
+}
+
+// The entry point of a plugin built with TPX_COMM_PLUGIN_EXPORT.
+tpx_comm_plugin_entry_fn EntryOf(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return nullptr;
+  return reinterpret_cast<tpx_comm_plugin_entry_fn>(dlsym(handle, TPX_COMM_PLUGIN_ENTRY_SYMBOL));
+}
+
+TEST_F(PluginLoaderTest, EntryServesEachHostItsNewestReadableVersion) {
+  tpx_comm_plugin_entry_fn entry = EntryOf(dir_ + "/libtpx_comm_fakelog.so");
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry(0), nullptr);
+  const size_t sizes[] = {0, sizeof(tpx_comm_plugin_v1_t), sizeof(tpx_comm_plugin_v2_t),
+                          sizeof(tpx_comm_plugin_v3_t)};
+  for (uint32_t host : {1u, 2u, 3u, 4u}) {
+    const tpx_comm_plugin_header_t* header = entry(host);
+    ASSERT_NE(header, nullptr) << "host version " << host;
+    const uint32_t want = host < 3 ? host : 3;
+    EXPECT_EQ(header->magic, TPX_COMM_PLUGIN_MAGIC);
+    EXPECT_EQ(header->abi_version, want) << "host version " << host;
+    EXPECT_EQ(header->struct_size, sizes[want]) << "host version " << host;
+    EXPECT_STREQ(header->name, "fakelog");
+    EXPECT_NE(reinterpret_cast<const tpx_comm_plugin_v1_t*>(header)->init, nullptr);
+  }
+  const auto* v3 = reinterpret_cast<const tpx_comm_plugin_v3_t*>(entry(3));
+  EXPECT_NE(v3->init_with_host, nullptr);
+  EXPECT_EQ(reinterpret_cast<const tpx_comm_plugin_v1_t*>(entry(1))->post, v3->v2.v1.post);
+
+  tpx_comm_plugin_entry_fn v1_entry = EntryOf(dir_ + "/libtpx_comm_fake.so");
+  ASSERT_NE(v1_entry, nullptr);
+  EXPECT_EQ(v1_entry(0), nullptr);
+  EXPECT_EQ(v1_entry(TPX_COMM_PLUGIN_ABI_VERSION)->abi_version, 1u);
+  EXPECT_EQ(v1_entry(TPX_COMM_PLUGIN_ABI_VERSION)->struct_size, sizeof(tpx_comm_plugin_v1_t));
+}
+
+TEST_F(PluginLoaderTest, PluginLogsThroughTheHostLog) {
+  // The host's log shows the rank; a plugin's own stderr fallback cannot.
+  SetLogRank(5);
+  ::testing::internal::CaptureStderr();
+  auto plugin = LoadPlugin("fakelog");
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = absl::UnknownError("not created");
+  if (plugin.ok()) {
+    auto store = FileStore::Open(std::string(std::getenv("TEST_TMPDIR")) + "/fakelog_store");
+    if (store.ok()) {
+      comm = PluginCommunicator::Create(*plugin, CommOptions{},
+                                        std::shared_ptr<Store>(std::move(*store)));
+    }
+  }
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  SetLogRank(-1);
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  EXPECT_NE(logged.find("[W rank 5 fake_plugin.cc:"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("] fakelog: init through the host's log\n"), std::string::npos)
+      << logged;
+  EXPECT_NE(logged.find("] fakelog: created world rank 0\n"), std::string::npos) << logged;
+  EXPECT_EQ((*plugin)->api_v2(), nullptr);  // version 3 without reject()
 }
 
 TEST_F(PluginLoaderTest, MissingEntrySymbol) {

@@ -9,6 +9,19 @@
 namespace tpx::comm {
 namespace {
 
+// Status codes cross the ABI as their absl::StatusCode numbers.
+#define TPX_SAME_CODE(abi, absl_code) \
+  static_assert(static_cast<int>(abi) == static_cast<int>(absl::StatusCode::absl_code))
+TPX_SAME_CODE(TPX_OK, kOk);
+TPX_SAME_CODE(TPX_ERR_INVALID_ARGUMENT, kInvalidArgument);
+TPX_SAME_CODE(TPX_ERR_DEADLINE_EXCEEDED, kDeadlineExceeded);
+TPX_SAME_CODE(TPX_ERR_FAILED_PRECONDITION, kFailedPrecondition);
+TPX_SAME_CODE(TPX_ERR_ABORTED, kAborted);
+TPX_SAME_CODE(TPX_ERR_UNIMPLEMENTED, kUnimplemented);
+TPX_SAME_CODE(TPX_ERR_INTERNAL, kInternal);
+TPX_SAME_CODE(TPX_ERR_UNAVAILABLE, kUnavailable);
+#undef TPX_SAME_CODE
+
 int AbiSet(void* ctx, const char* key, const void* value, size_t len, tpx_error_t* err) {
   if (key == nullptr || (value == nullptr && len > 0)) {
     return StatusToPluginCode(absl::InvalidArgumentError("store set: null key or value"), err);

@@ -110,7 +110,7 @@ Status EnqueueCollective(const tpx_coll_args_v1_t& a, const char* send, char* re
   const size_t es = ElementSize(a.dtype);
   const ncclDataType_t type = NcclType(a.dtype);
   const ncclRedOp_t op = NcclOp(a.op);
-  const std::string what = std::string("nccl ") + KindName(a.kind);
+  const std::string what = std::string("nccl ") + plugin::CollKindName(a.kind);
 
   // Self copies first: they touch only this rank's memory.
   switch (a.kind) {

@@ -90,35 +90,6 @@ ncclConfig_t NonBlockingConfig() {
 
 }  // namespace
 
-size_t ElementSize(tpx_dtype_t dtype) {
-  switch (dtype) {
-    case TPX_DTYPE_F32: return 4;
-    case TPX_DTYPE_BF16: return 2;
-    case TPX_DTYPE_F16: return 2;
-    case TPX_DTYPE_I32: return 4;
-    case TPX_DTYPE_I64: return 8;
-    case TPX_DTYPE_BOOL: return 1;
-  }
-  return 1;
-}
-
-const char* KindName(tpx_coll_kind_t kind) {
-  switch (kind) {
-    case TPX_COLL_ALL_REDUCE: return "all_reduce";
-    case TPX_COLL_BROADCAST: return "broadcast";
-    case TPX_COLL_REDUCE: return "reduce";
-    case TPX_COLL_ALL_GATHER_V: return "all_gather";
-    case TPX_COLL_REDUCE_SCATTER_V: return "reduce_scatter";
-    case TPX_COLL_GATHER_V: return "gather";
-    case TPX_COLL_SCATTER_V: return "scatter";
-    case TPX_COLL_ALL_TO_ALL_V: return "all_to_all";
-    case TPX_COLL_SEND: return "send";
-    case TPX_COLL_RECV: return "recv";
-    case TPX_COLL_BARRIER: return "barrier";
-  }
-  return "unknown";
-}
-
 Communicator::Communicator(const tpx_comm_config_v1_t& config, int device)
     : rank_(config.rank),
       size_(config.size),
@@ -302,8 +273,8 @@ Communicator::~Communicator() {
 
 Status Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpState>* out) {
   auto op = std::make_shared<OpState>();
-  op->what = std::string("nccl ") + KindName(args.kind) + " (seq " + std::to_string(args.seq) +
-             ") on rank " + std::to_string(rank_) + " of " + name_;
+  op->what = std::string("nccl ") + plugin::CollKindName(args.kind) + " (seq " +
+             std::to_string(args.seq) + ") on rank " + std::to_string(rank_) + " of " + name_;
   op->posted = Clock::now();
   *out = op;
   std::lock_guard<std::mutex> lock(mu_);

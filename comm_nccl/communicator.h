@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_support.h"
 #include "comm_nccl/staging.h"
 #include "comm_nccl/status.h"
 
@@ -162,10 +163,7 @@ class Communicator {
   std::thread watchdog_;
 };
 
-// Element size of a plugin dtype.
-size_t ElementSize(tpx_dtype_t dtype);
-// "all_reduce", "broadcast", ...
-const char* KindName(tpx_coll_kind_t kind);
+using ::tpx::plugin::ElementSize;
 
 }  // namespace tpx::nccl
 

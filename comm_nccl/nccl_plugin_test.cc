@@ -61,7 +61,7 @@ TEST(NcclPluginTest, ExportsVersionOneHeaderAndEveryFunction) {
   EXPECT_NE(api->stream_wait, nullptr) << "a device backend must implement stream_wait";
   EXPECT_NE(api->request_free, nullptr);
   // Only the entry symbol is exported: the plugin's internals stay private.
-  EXPECT_EQ(dlsym(handle, "_ZN3tpx4nccl12ElementSizeE11tpx_dtype_t"), nullptr);
+  EXPECT_EQ(dlsym(handle, "_ZN3tpx4nccl10OperandsOfERK18tpx_coll_args_v1_tii"), nullptr);
 }
 
 TEST(NcclPluginTest, LoaderChecksAbiThenInitReportsMissingGpu) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_support.h"
 #include "comm_nccl/communicator.h"
 #include "comm_nccl/status.h"
 
@@ -93,8 +94,7 @@ constexpr const char* kVersion =
     "tpx-nccl 1.0 (built against NCCL " TPX_NCCL_STR(NCCL_MAJOR) "." TPX_NCCL_STR(NCCL_MINOR) ")";
 
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "nccl",
-     kVersion},
+    plugin::Header<tpx_comm_plugin_v1_t>("nccl", kVersion),
     &Init,
     &CommCreate,
     &CommSplit,
@@ -109,8 +109,4 @@ const tpx_comm_plugin_v1_t kPlugin = {
 }  // namespace
 }  // namespace tpx::nccl
 
-extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
-tpx_comm_plugin_entry(uint32_t host_abi_version) {
-  if (host_abi_version < 1) return nullptr;
-  return &tpx::nccl::kPlugin.header;
-}
+TPX_COMM_PLUGIN_EXPORT(tpx::nccl::kPlugin)

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_support.h"
 
 namespace {
 
@@ -34,15 +35,10 @@ int StreamWait(tpx_request_t, void*, tpx_error_t* err) { return Fail(err); }
 void RequestFree(tpx_request_t) {}
 
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "nccl",
-     "tpx-nccl 1.0 (built without CUDA)"},
+    tpx::plugin::Header<tpx_comm_plugin_v1_t>("nccl", "tpx-nccl 1.0 (built without CUDA)"),
     &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, &StreamWait, &RequestFree,
 };
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
-tpx_comm_plugin_entry(uint32_t host_abi_version) {
-  if (host_abi_version < 1) return nullptr;
-  return &kPlugin.header;
-}
+TPX_COMM_PLUGIN_EXPORT(kPlugin)

@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_log.h"
+#include "comm/plugin_support.h"
 #include "comm_ucx/communicator.h"
 #include "comm_ucx/status.h"
 #include "comm_ucx/ucx_worker.h"
@@ -27,6 +29,11 @@ int Report(const Status& s, tpx_error_t* err) { return plugin::ReportStatus(s, e
 int Init(tpx_error_t* err) {
   ucp_context_h context;
   return Report(GetContext(&context), err);
+}
+
+int InitWithHost(const tpx_host_v1_t* host, tpx_error_t* err) {
+  plugin::SetHost(host);
+  return Init(err);
 }
 
 int CommCreate(const tpx_comm_config_v1_t* config, tpx_comm_t* out, tpx_error_t* err) {
@@ -76,36 +83,26 @@ int Reject(tpx_comm_t comm, const tpx_coll_args_v1_t* args, const char* reason, 
   return TPX_OK;
 }
 
-const tpx_comm_plugin_v2_t kPlugin = {
+const tpx_comm_plugin_v3_t kPlugin = {
     {
-        {sizeof(tpx_comm_plugin_v2_t), TPX_COMM_PLUGIN_MAGIC, 2u, "ucx",
-         "tpx-ucx 1.1 (UCX API 1.13)"},
-        &Init,
-        &CommCreate,
-        &CommSplit,
-        &CommDestroy,
-        &Post,
-        &Test,
-        &Wait,
-        /*stream_wait=*/nullptr,
-        &RequestFree,
+        {
+            plugin::Header<tpx_comm_plugin_v3_t>("ucx", "tpx-ucx 1.2 (UCX API 1.13)"),
+            &Init,
+            &CommCreate,
+            &CommSplit,
+            &CommDestroy,
+            &Post,
+            &Test,
+            &Wait,
+            /*stream_wait=*/nullptr,
+            &RequestFree,
+        },
+        &Reject,
     },
-    &Reject,
+    &InitWithHost,
 };
 
 }  // namespace
 }  // namespace tpx::ucx
 
-extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
-tpx_comm_plugin_entry(uint32_t host_abi_version) {
-  if (host_abi_version < 1) return nullptr;
-  // Version 2 starts with the version-1 struct; an older host reads just that.
-  static tpx_comm_plugin_v1_t v1_only = [] {
-    tpx_comm_plugin_v1_t v1 = tpx::ucx::kPlugin.v1;
-    v1.header.struct_size = sizeof(v1);
-    v1.header.abi_version = 1u;
-    return v1;
-  }();
-  if (host_abi_version < 2) return &v1_only.header;
-  return &tpx::ucx::kPlugin.v1.header;
-}
+TPX_COMM_PLUGIN_EXPORT(tpx::ucx::kPlugin)

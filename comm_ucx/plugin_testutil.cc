@@ -106,7 +106,8 @@ const tpx_comm_plugin_v1_t* LoadPlugin(std::string* error) {
     *error = path + " lacks " TPX_COMM_PLUGIN_ENTRY_SYMBOL;
     return nullptr;
   }
-  const tpx_comm_plugin_header_t* header = entry(TPX_COMM_PLUGIN_ABI_VERSION);
+  // These tests drive the version-2 struct (init without host services).
+  const tpx_comm_plugin_header_t* header = entry(2);
   if (header == nullptr || header->magic != TPX_COMM_PLUGIN_MAGIC || header->abi_version != 2) {
     *error = path + ": bad plugin header";
     return nullptr;

@@ -95,22 +95,6 @@ void DivideTyped(const T* acc, T* dst, size_t n, int world) {
 
 }  // namespace
 
-size_t ElementSize(tpx_dtype_t dtype) {
-  switch (dtype) {
-    case TPX_DTYPE_F32:
-    case TPX_DTYPE_I32:
-      return 4;
-    case TPX_DTYPE_BF16:
-    case TPX_DTYPE_F16:
-      return 2;
-    case TPX_DTYPE_I64:
-      return 8;
-    case TPX_DTYPE_BOOL:
-      return 1;
-  }
-  return 1;
-}
-
 size_t AccElementSize(tpx_dtype_t dtype) {
   return (dtype == TPX_DTYPE_BF16 || dtype == TPX_DTYPE_F16) ? 4 : ElementSize(dtype);
 }

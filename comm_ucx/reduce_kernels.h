@@ -15,11 +15,12 @@
 #include <cstddef>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_support.h"
 
 namespace tpx::ucx {
 
 // Bytes per element of `dtype` itself and of its accumulation type.
-size_t ElementSize(tpx_dtype_t dtype);
+using ::tpx::plugin::ElementSize;
 size_t AccElementSize(tpx_dtype_t dtype);
 // Whether reductions are defined for `dtype` (not for bool).
 bool Reducible(tpx_dtype_t dtype);

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "comm/plugin_log.h"
+
 namespace tpx::ucx {
 namespace {
 
@@ -10,7 +12,18 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   long long parsed = std::strtoll(v, &end, 10);
-  return (end != v && parsed >= 0) ? parsed : fallback;
+  if (end != v && parsed >= 0) return parsed;
+  TPX_PLUGIN_LOG(WARNING) << "ucx: " << name << "='" << v
+                          << "' is not a non-negative integer; using " << fallback;
+  return fallback;
+}
+
+// `value` of knob `name`, raised to `minimum`.
+int64_t AtLeast(const char* name, int64_t value, int64_t minimum) {
+  if (value >= minimum) return value;
+  TPX_PLUGIN_LOG(WARNING) << "ucx: " << name << "=" << value << " is below " << minimum
+                          << "; using " << minimum;
+  return minimum;
 }
 
 }  // namespace
@@ -18,13 +31,12 @@ int64_t EnvInt(const char* name, int64_t fallback) {
 const Tunables& GetTunables() {
   static const Tunables tunables = [] {
     Tunables t;
-    t.chunk_bytes = static_cast<size_t>(EnvInt("TPX_UCX_CHUNK_BYTES", 1 << 20));
-    if (t.chunk_bytes < 4096) t.chunk_bytes = 4096;
+    t.chunk_bytes = static_cast<size_t>(
+        AtLeast("TPX_UCX_CHUNK_BYTES", EnvInt("TPX_UCX_CHUNK_BYTES", 1 << 20), 4096));
     t.small_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SMALL_BYTES", 64 << 10));
     t.spin_us = EnvInt("TPX_UCX_SPIN_US", 50);
     t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
-    t.tick_us = EnvInt("TPX_UCX_TICK_US", 200);
-    if (t.tick_us < 10) t.tick_us = 10;
+    t.tick_us = AtLeast("TPX_UCX_TICK_US", EnvInt("TPX_UCX_TICK_US", 200), 10);
     t.check_lengths = EnvInt("TPX_UCX_CHECK_LENGTHS", 1) != 0;
     return t;
   }();

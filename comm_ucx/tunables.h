@@ -17,6 +17,8 @@
 // TPX_UCX_CHECK_LENGTHS    0 skips comparing each received length with the
 //                          posted one (only to measure what the check costs;
 //                          a size disagreement then goes undetected)
+// A value that is not a non-negative integer, or below a knob's minimum, is
+// replaced (default or minimum) with a warning in the host's log.
 #ifndef TPX_COMM_UCX_TUNABLES_H_
 #define TPX_COMM_UCX_TUNABLES_H_
 

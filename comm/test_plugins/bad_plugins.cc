@@ -22,6 +22,8 @@ void RequestFree(tpx_request_t) {}
 
 #if defined(TPX_BAD_ABI_VERSION)
 constexpr uint32_t kAbi = 99;
+#elif defined(TPX_BAD_STRUCT_SIZE)
+constexpr uint32_t kAbi = 2;  // but the struct below is version 1's
 #else
 constexpr uint32_t kAbi = TPX_COMM_PLUGIN_ABI_VERSION_MIN;
 #endif

@@ -2,11 +2,17 @@
 // Work, numbering) without a real transport. Every operation on one rank is
 // a local copy. Exports tpx_fake_post_count() so tests can check that
 // rejected calls never reached the backend.
+//
+// Built twice: libtpx_comm_fake.so implements ABI version 1;
+// libtpx_comm_fakelog.so (-DTPX_FAKE_LOGS) implements version 3 and logs
+// through the host's services at init and at comm_create.
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 
 #include "comm/plugin_abi.h"
+#include "comm/plugin_log.h"
+#include "comm/plugin_support.h"
 
 struct tpx_comm_s {
   int rank;
@@ -19,15 +25,7 @@ namespace {
 
 std::atomic<long> g_posts{0};
 
-size_t ElementSize(tpx_dtype_t dtype) {
-  switch (dtype) {
-    case TPX_DTYPE_F32: case TPX_DTYPE_I32: return 4;
-    case TPX_DTYPE_BF16: case TPX_DTYPE_F16: return 2;
-    case TPX_DTYPE_I64: return 8;
-    case TPX_DTYPE_BOOL: return 1;
-  }
-  return 1;
-}
+using tpx::plugin::ElementSize;
 
 void Copy(void* dst, int64_t dst_off, const void* src, int64_t src_off, int64_t n, size_t es) {
   if (n <= 0) return;
@@ -44,6 +42,9 @@ int CommCreate(const tpx_comm_config_v1_t* config, tpx_comm_t* out, tpx_error_t*
     return TPX_ERR_UNIMPLEMENTED;
   }
   *out = new tpx_comm_s{config->rank};
+#if defined(TPX_FAKE_LOGS)
+  TPX_PLUGIN_LOG(WARNING) << "fakelog: created " << config->name << " rank " << config->rank;
+#endif
   return TPX_OK;
 }
 
@@ -94,18 +95,29 @@ int Test(tpx_request_t r, int* done, tpx_error_t*) {
 int Wait(tpx_request_t r, int64_t, tpx_error_t*) { return r->status; }
 void RequestFree(tpx_request_t r) { delete r; }
 
+#if defined(TPX_FAKE_LOGS)
+int InitWithHost(const tpx_host_v1_t* host, tpx_error_t* err) {
+  tpx::plugin::SetHost(host);
+  TPX_PLUGIN_LOG(WARNING) << "fakelog: init through the host's log";
+  return Init(err);
+}
+
+const tpx_comm_plugin_v3_t kPlugin = {
+    {{tpx::plugin::Header<tpx_comm_plugin_v3_t>("fakelog", "fakelog-3"), &Init, &CommCreate,
+      &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree},
+     /*reject=*/nullptr},
+    &InitWithHost,
+};
+#else
 const tpx_comm_plugin_v1_t kPlugin = {
-    {sizeof(tpx_comm_plugin_v1_t), TPX_COMM_PLUGIN_MAGIC, TPX_COMM_PLUGIN_ABI_VERSION_MIN, "fake",
-     "fake-1"},
+    tpx::plugin::Header<tpx_comm_plugin_v1_t>("fake", "fake-1"),
     &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree,
 };
+#endif
 
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const tpx_comm_plugin_header_t*
-tpx_comm_plugin_entry(uint32_t) {
-  return &kPlugin.header;
-}
+TPX_COMM_PLUGIN_EXPORT(kPlugin)
 
 extern "C" __attribute__((visibility("default"))) long tpx_fake_post_count() {
   return g_posts.load();
