@@ -1,4 +1,4 @@
-// Load test of the rendezvous store server (comm/tcp_store.h): --clients
+// Load test of the rendezvous store server (comm/store/tcp_store.h): --clients
 // TcpStore clients each run --rounds of Set / Get / Wait-on-a-neighbour's-key
 // while hostile local clients stream garbage, stream empty
 // frames, and hold silent connections. The server runs in a forked process
@@ -28,7 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
 ABSL_FLAG(int, clients, 500, "Well-behaved store clients (one thread and connection each).");
 ABSL_FLAG(int, rounds, 200, "Set/Get/Wait rounds per client.");

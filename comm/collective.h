@@ -20,7 +20,7 @@
 namespace tpx::comm {
 
 // Numbered like tpx_reduce_op_t (comm/plugin_abi.h; static_asserted in
-// comm/plugin_communicator.cc).
+// comm/plugin_host/plugin_communicator.cc).
 enum class ReduceOp : int32_t { kSum = 0, kAvg = 1, kMax = 2, kMin = 3, kProd = 4 };
 
 // Numbered like tpx_coll_kind_t. Fixed-size collectives (AllGather, Gather,

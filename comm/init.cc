@@ -6,9 +6,9 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "comm/plugin_communicator.h"
-#include "comm/plugin_loader.h"
-#include "comm/tcp_store.h"
+#include "comm/plugin_host/plugin_communicator.h"
+#include "comm/plugin_host/plugin_loader.h"
+#include "comm/store/tcp_store.h"
 #include "core/status_macros.h"
 
 ABSL_FLAG(std::string, tpx_comm_backend, "ucx",

@@ -34,7 +34,7 @@ extern "C" {
 #define TPX_COMM_PLUGIN_ABI_VERSION_MIN 1u
 #define TPX_COMM_PLUGIN_ENTRY_SYMBOL "tpx_comm_plugin_entry"
 
-/* tpx::DType (core/dtype.h) has the same numbering; comm/plugin_communicator.cc
+/* tpx::DType (core/dtype.h) has the same numbering; comm/plugin_host/plugin_communicator.cc
  * static_asserts it, like the other host-side twins of the enums below. */
 typedef enum {
   TPX_DTYPE_F32 = 0,
@@ -53,7 +53,7 @@ typedef enum {
   TPX_REDUCE_PROD = 4
 } tpx_reduce_op_t;
 
-/* absl::StatusCode numbering (static_asserted in comm/store_abi.cc). */
+/* absl::StatusCode numbering (static_asserted in comm/store/store_abi.cc). */
 typedef enum {
   TPX_OK = 0,
   TPX_ERR_INVALID_ARGUMENT = 3,
@@ -70,7 +70,7 @@ typedef struct {
   char message[1024];
 } tpx_error_t;
 
-/* Rendezvous key-value store, provided by the host (comm/store.h). Keys are
+/* Rendezvous key-value store, provided by the host (comm/store/store.h). Keys are
  * NUL-terminated; values are bytes. All functions return a tpx_status_code_t. */
 typedef struct {
   uint32_t struct_size;
@@ -205,7 +205,7 @@ typedef struct {
 } tpx_comm_plugin_v2_t;
 
 /* Log severities; tpx::LogSeverity (core/log.h) has the same numbering
- * (static_asserted in comm/plugin_loader.cc). There is no fatal level: a
+ * (static_asserted in comm/plugin_host/plugin_loader.cc). There is no fatal level: a
  * plugin reports failures as status codes and never ends the process. */
 typedef enum {
   TPX_LOG_INFO = 0,

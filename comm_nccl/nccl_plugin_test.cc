@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "comm/init.h"
 #include "comm/plugin_abi.h"
-#include "comm/plugin_loader.h"
+#include "comm/plugin_host/plugin_loader.h"
 #include "comm_nccl/device_probe.h"
 #include "gtest/gtest.h"
 

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/file_store.h"
-#include "comm/plugin_communicator.h"
-#include "comm/plugin_loader.h"
+#include "comm/plugin_host/plugin_communicator.h"
+#include "comm/plugin_host/plugin_loader.h"
+#include "comm/store/file_store.h"
 #include "core/log.h"
 #include "gtest/gtest.h"
 

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/file_store.h"
-#include "comm/store_abi.h"
+#include "comm/store/file_store.h"
+#include "comm/store/store_abi.h"
 
 namespace tpx::ucx::testing {
 namespace {

@@ -1,5 +1,5 @@
 // The rendezvous store a launcher hosts for the ranks it starts, and the
-// job's secret that store admits (comm/tcp_store.h).
+// job's secret that store admits (comm/store/tcp_store.h).
 //
 //   TPX_ASSIGN_OR_RETURN(std::string secret, JobStoreSecret());
 //   TPX_ASSIGN_OR_RETURN(auto server, ListenForJob("127.0.0.1", 0, secret));
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
 namespace tpx::launch {
 

@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "launch/rank_processes.h"
 
 namespace tpx::launch {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/time/clock.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 
 namespace tpx::launch {

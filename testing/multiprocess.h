@@ -34,7 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace tpx::testing {
 

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 #include "testing/test_files.h"
 

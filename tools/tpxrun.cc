@@ -45,7 +45,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "comm/launch_env.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 #include "launch/job_store.h"
 #include "launch/node_group.h"
 #include "launch/rank_processes.h"

@@ -1,5 +1,5 @@
-// Fuzzes the TCP store's request path (comm/store_wire.h frames into
-// comm/store_service.h) with small limits so that every bound is reached.
+// Fuzzes the TCP store's request path (comm/store/store_wire.h frames into
+// comm/store/store_service.h) with small limits so that every bound is reached.
 // Input: one control byte (read chunk size), then the bytes of a request
 // stream, as a client would send them; requests alternate between four
 // connections and simulated time advances between them.
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "comm/store_service.h"
-#include "comm/store_wire.h"
+#include "comm/store/store_service.h"
+#include "comm/store/store_wire.h"
 
 namespace {
 

@@ -13,8 +13,8 @@
 // is its own FailedPrecondition/NotFound with advice. Plugins of ABI version
 // 3 get the host's services at init: their log lines go to core/log.h. A plugin is loaded and initialised once per process;
 // thread-safe.
-#ifndef TPX_COMM_PLUGIN_LOADER_H_
-#define TPX_COMM_PLUGIN_LOADER_H_
+#ifndef TPX_COMM_PLUGIN_HOST_PLUGIN_LOADER_H_
+#define TPX_COMM_PLUGIN_HOST_PLUGIN_LOADER_H_
 
 #include <memory>
 #include <string>
@@ -61,4 +61,4 @@ std::vector<std::string> PluginSearchPaths(absl::string_view name);
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_PLUGIN_LOADER_H_
+#endif  // TPX_COMM_PLUGIN_HOST_PLUGIN_LOADER_H_

@@ -1,4 +1,4 @@
-#include "comm/progress.h"
+#include "comm/plugin_host/progress.h"
 
 #include <utility>
 #include <vector>

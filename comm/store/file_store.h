@@ -9,13 +9,13 @@
 // file and rename(2), so readers never see partial values. Add/CompareSet
 // serialise through flock(2) on a lock file in the directory. Waiting polls
 // with a short sleep (no busy spinning).
-#ifndef TPX_COMM_FILE_STORE_H_
-#define TPX_COMM_FILE_STORE_H_
+#ifndef TPX_COMM_STORE_FILE_STORE_H_
+#define TPX_COMM_STORE_FILE_STORE_H_
 
 #include <memory>
 #include <string>
 
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace tpx::comm {
 
@@ -48,4 +48,4 @@ class FileStore : public Store {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_FILE_STORE_H_
+#endif  // TPX_COMM_STORE_FILE_STORE_H_

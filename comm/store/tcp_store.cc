@@ -1,4 +1,4 @@
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/store_wire.h"
+#include "comm/store/store_wire.h"
 #include "core/status_macros.h"
 
 namespace tpx::comm {

@@ -1,4 +1,4 @@
-#include "comm/plugin_loader.h"
+#include "comm/plugin_host/plugin_loader.h"
 
 #include <dlfcn.h>
 
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "comm/file_store.h"
-#include "comm/plugin_communicator.h"
+#include "comm/plugin_host/plugin_communicator.h"
+#include "comm/store/file_store.h"
 #include "core/log.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "comm/store_abi.h"
+#include "comm/store/store_abi.h"
 
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-#include "comm/plugin_communicator.h"
+#include "comm/plugin_host/plugin_communicator.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/progress.h"
-#include "comm/store_abi.h"
+#include "comm/plugin_host/progress.h"
+#include "comm/store/store_abi.h"
 #include "core/device_kernels.h"
 #include "core/status_macros.h"
 

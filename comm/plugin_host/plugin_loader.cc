@@ -1,4 +1,4 @@
-#include "comm/plugin_loader.h"
+#include "comm/plugin_host/plugin_loader.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "comm/store_abi.h"
+#include "comm/store/store_abi.h"
 #include "core/log.h"
 
 namespace tpx::comm {

@@ -1,4 +1,4 @@
-#include "comm/file_store.h"
+#include "comm/store/file_store.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -1,4 +1,4 @@
-#include "comm/store_service.h"
+#include "comm/store/store_service.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "comm/store_wire.h"
+#include "comm/store/store_wire.h"
 
 namespace tpx::comm {
 

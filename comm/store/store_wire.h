@@ -1,4 +1,4 @@
-// Wire format of the TCP rendezvous store (comm/tcp_store.h): frames and an
+// Wire format of the TCP rendezvous store (comm/store/tcp_store.h): frames and an
 // incremental, bounded frame reader used by both the server and the client.
 //
 //   std::string bytes = EncodeFrame({"S", "key", "value"});
@@ -12,8 +12,8 @@
 // keeps its parse position across calls, so a frame arriving in many pieces
 // and a stream of many small frames both cost time linear in their bytes,
 // and it rejects a frame as soon as its declared size exceeds the bound.
-#ifndef TPX_COMM_STORE_WIRE_H_
-#define TPX_COMM_STORE_WIRE_H_
+#ifndef TPX_COMM_STORE_STORE_WIRE_H_
+#define TPX_COMM_STORE_STORE_WIRE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -60,4 +60,4 @@ class FrameReader {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_STORE_WIRE_H_
+#endif  // TPX_COMM_STORE_STORE_WIRE_H_

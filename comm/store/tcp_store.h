@@ -11,8 +11,8 @@
 //                                                      job_secret));
 //   TPX_RETURN_IF_ERROR(store->Set("k", "v"));
 //
-// The server is one thread around poll(2) (requests: comm/store_service.h,
-// frames: comm/store_wire.h). It is built to survive hostile local clients:
+// The server is one thread around poll(2) (requests: comm/store/store_service.h,
+// frames: comm/store/store_wire.h). It is built to survive hostile local clients:
 // every connection first presents the job's secret (else PermissionDenied,
 // closed); frames, values, keys, stored bytes and connections are bounded
 // (the client over a bound gets ResourceExhausted naming it); a connection
@@ -26,8 +26,8 @@
 // replaced transparently. Once connected, a store host that has gone away
 // is reported within about a second, however long `connect_timeout` is.
 // Errors name host:port.
-#ifndef TPX_COMM_TCP_STORE_H_
-#define TPX_COMM_TCP_STORE_H_
+#ifndef TPX_COMM_STORE_TCP_STORE_H_
+#define TPX_COMM_STORE_TCP_STORE_H_
 
 #include <atomic>
 #include <memory>
@@ -37,8 +37,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "comm/store.h"
-#include "comm/store_service.h"
+#include "comm/store/store.h"
+#include "comm/store/store_service.h"
 
 namespace tpx::comm {
 
@@ -155,4 +155,4 @@ class TcpStore : public Store {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_TCP_STORE_H_
+#endif  // TPX_COMM_STORE_TCP_STORE_H_

@@ -10,8 +10,8 @@
 // sequence numbers to the store at most once per `period`, and only when
 // they changed, so collectives never pay a store round trip. Explain()
 // publishes immediately, then reads every peer's last published state.
-#ifndef TPX_COMM_PROGRESS_H_
-#define TPX_COMM_PROGRESS_H_
+#ifndef TPX_COMM_PLUGIN_HOST_PROGRESS_H_
+#define TPX_COMM_PLUGIN_HOST_PROGRESS_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace tpx::comm {
 
@@ -81,4 +81,4 @@ std::string FormatRankList(const std::vector<int>& ranks);
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_PROGRESS_H_
+#endif  // TPX_COMM_PLUGIN_HOST_PROGRESS_H_

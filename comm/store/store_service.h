@@ -1,6 +1,6 @@
 // The TCP rendezvous store's request handling, apart from its sockets: the
 // key-value table, the limits it enforces and the parked get/wait requests.
-// TcpStoreServer (comm/tcp_store.h) feeds it decoded frames per connection;
+// TcpStoreServer (comm/store/tcp_store.h) feeds it decoded frames per connection;
 // the fuzz target comm/fuzz/store_request_fuzzer.cc feeds it arbitrary ones.
 //
 //   StoreService service(StoreLimits{});
@@ -16,8 +16,8 @@
 // Replies: [status code, payload or message]. A request over a limit gets
 // ResourceExhausted naming the limit; a malformed one gets InvalidArgument
 // and kProtocolError, after which the caller drops the connection.
-#ifndef TPX_COMM_STORE_SERVICE_H_
-#define TPX_COMM_STORE_SERVICE_H_
+#ifndef TPX_COMM_STORE_STORE_SERVICE_H_
+#define TPX_COMM_STORE_STORE_SERVICE_H_
 
 #include <cstddef>
 #include <functional>
@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace tpx::comm {
 
@@ -89,4 +89,4 @@ class StoreService {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_STORE_SERVICE_H_
+#endif  // TPX_COMM_STORE_STORE_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

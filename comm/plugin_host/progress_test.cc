@@ -1,9 +1,9 @@
-#include "comm/progress.h"
+#include "comm/plugin_host/progress.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "comm/file_store.h"
+#include "comm/store/file_store.h"
 #include "gtest/gtest.h"
 
 namespace tpx::comm {

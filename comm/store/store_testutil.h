@@ -3,8 +3,8 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(File, StoreConformance,
 //                            ::testing::Values(StoreFactory{"file", &MakeFileStore}));
-#ifndef TPX_COMM_STORE_TESTUTIL_H_
-#define TPX_COMM_STORE_TESTUTIL_H_
+#ifndef TPX_COMM_STORE_STORE_TESTUTIL_H_
+#define TPX_COMM_STORE_STORE_TESTUTIL_H_
 
 #include <functional>
 #include <memory>
@@ -14,8 +14,8 @@
 
 #include "absl/time/clock.h"
 #include "comm/plugin_abi.h"
-#include "comm/store.h"
-#include "comm/store_abi.h"
+#include "comm/store/store.h"
+#include "comm/store/store_abi.h"
 #include "gtest/gtest.h"
 
 namespace tpx::comm {
@@ -152,4 +152,4 @@ TEST_P(StoreConformance, AbiAdapterCallsThrough) {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_STORE_TESTUTIL_H_
+#endif  // TPX_COMM_STORE_STORE_TESTUTIL_H_

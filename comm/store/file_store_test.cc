@@ -1,10 +1,10 @@
-#include "comm/file_store.h"
+#include "comm/store/file_store.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
-#include "comm/store_testutil.h"
+#include "comm/store/store_testutil.h"
 
 namespace tpx::comm {
 namespace {

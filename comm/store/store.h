@@ -13,8 +13,8 @@
 // decimal text, so Get on such a key returns e.g. "3".
 // Every implementation is thread-safe: one Store may be used from several
 // threads at once.
-#ifndef TPX_COMM_STORE_H_
-#define TPX_COMM_STORE_H_
+#ifndef TPX_COMM_STORE_STORE_H_
+#define TPX_COMM_STORE_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -96,4 +96,4 @@ class PrefixStore : public Store {
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_STORE_H_
+#endif  // TPX_COMM_STORE_STORE_H_

@@ -6,12 +6,12 @@
 //
 // The struct's functions never throw; errors come back as a
 // tpx_status_code_t with the message in tpx_error_t.
-#ifndef TPX_COMM_STORE_ABI_H_
-#define TPX_COMM_STORE_ABI_H_
+#ifndef TPX_COMM_STORE_STORE_ABI_H_
+#define TPX_COMM_STORE_STORE_ABI_H_
 
 #include "absl/status/status.h"
 #include "comm/plugin_abi.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 
 namespace tpx::comm {
 
@@ -36,4 +36,4 @@ absl::Status PluginCodeToStatus(int code, const tpx_error_t& err, absl::string_v
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_STORE_ABI_H_
+#endif  // TPX_COMM_STORE_STORE_ABI_H_

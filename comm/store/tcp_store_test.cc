@@ -1,6 +1,6 @@
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 
-#include "comm/store_testutil.h"
+#include "comm/store/store_testutil.h"
 
 namespace tpx::comm {
 namespace {

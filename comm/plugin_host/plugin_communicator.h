@@ -8,8 +8,8 @@
 //   TPX_ASSIGN_OR_RETURN(auto plugin, LoadPlugin("ucx"));
 //   TPX_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> world,
 //       PluginCommunicator::Create(plugin, {.rank = r, .size = n}, store));
-#ifndef TPX_COMM_PLUGIN_COMMUNICATOR_H_
-#define TPX_COMM_PLUGIN_COMMUNICATOR_H_
+#ifndef TPX_COMM_PLUGIN_HOST_PLUGIN_COMMUNICATOR_H_
+#define TPX_COMM_PLUGIN_HOST_PLUGIN_COMMUNICATOR_H_
 
 #include <memory>
 #include <string>
@@ -17,8 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "comm/communicator.h"
-#include "comm/plugin_loader.h"
-#include "comm/store.h"
+#include "comm/plugin_host/plugin_loader.h"
+#include "comm/store/store.h"
 
 namespace tpx::comm {
 
@@ -51,4 +51,4 @@ bool DebugChecksFromEnv();
 
 }  // namespace tpx::comm
 
-#endif  // TPX_COMM_PLUGIN_COMMUNICATOR_H_
+#endif  // TPX_COMM_PLUGIN_HOST_PLUGIN_COMMUNICATOR_H_

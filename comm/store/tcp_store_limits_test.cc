@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "comm/store_wire.h"
-#include "comm/tcp_store.h"
+#include "comm/store/store_wire.h"
+#include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 
 namespace tpx::comm {
