@@ -11,8 +11,8 @@
 // paths tried —, dlopen error, missing entry symbol, wrong magic, ABI
 // version mismatch, struct smaller than its declared version, init failure)
 // is its own FailedPrecondition/NotFound with advice. Plugins of ABI version
-// 3 get the host's services at init: their log lines go to core/log.h. A plugin is loaded and initialised once per process;
-// thread-safe.
+// 3 get the host's services at init: their log lines go to core/log.h. A
+// plugin is loaded and initialised once per process; thread-safe.
 #ifndef TPX_COMM_PLUGIN_HOST_PLUGIN_LOADER_H_
 #define TPX_COMM_PLUGIN_HOST_PLUGIN_LOADER_H_
 
