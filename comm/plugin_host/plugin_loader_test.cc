@@ -57,6 +57,19 @@ TEST_F(PluginLoaderTest, StructSmallerThanItsDeclaredVersion) {
                  absl::StrCat("that version has ", sizeof(tpx_comm_plugin_v2_t))});
 }
 
+TEST_F(PluginLoaderTest, ReadsOlderVersions) {
+  // (Version 3 is read in PluginLogsThroughTheHostLog.)
+  auto v1 = LoadPlugin("fake");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ((*v1)->api_v2(), nullptr);
+  EXPECT_FALSE((*v1)->device_memory());
+  auto v2 = LoadPlugin("fakev2");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_NE((*v2)->api_v2(), nullptr);
+  EXPECT_NE((*v2)->api_v2()->reject, nullptr);
+  EXPECT_EQ((*v2)->version(), "fakev2-2");
+}
+
 // The entry point of a plugin built with TPX_COMM_PLUGIN_EXPORT.
 tpx_comm_plugin_entry_fn EntryOf(const std::string& path) {
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

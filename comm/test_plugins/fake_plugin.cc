@@ -3,8 +3,9 @@
 // a local copy. Exports tpx_fake_post_count() so tests can check that
 // rejected calls never reached the backend.
 //
-// Built twice: libtpx_comm_fake.so implements ABI version 1;
-// libtpx_comm_fakelog.so (-DTPX_FAKE_LOGS) implements version 3 and logs
+// Built three times: libtpx_comm_fake.so implements ABI version 1;
+// libtpx_comm_fakev2.so (-DTPX_FAKE_V2) version 2 (rejections are accepted
+// and dropped); libtpx_comm_fakelog.so (-DTPX_FAKE_LOGS) version 3, logging
 // through the host's services at init and at comm_create.
 #include <atomic>
 #include <cstdio>
@@ -107,6 +108,14 @@ const tpx_comm_plugin_v3_t kPlugin = {
       &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree},
      /*reject=*/nullptr},
     &InitWithHost,
+};
+#elif defined(TPX_FAKE_V2)
+int Reject(tpx_comm_t, const tpx_coll_args_v1_t*, const char*, tpx_error_t*) { return TPX_OK; }
+
+const tpx_comm_plugin_v2_t kPlugin = {
+    {tpx::plugin::Header<tpx_comm_plugin_v2_t>("fakev2", "fakev2-2"), &Init, &CommCreate,
+     &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree},
+    &Reject,
 };
 #else
 const tpx_comm_plugin_v1_t kPlugin = {
