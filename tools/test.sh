@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every tpx test on this machine: installs what is missing, then `bazel test //...`.
-# Ends with one summary line "N passed, N failed" over the Bazel test targets.
+# Ends with one summary line "bazel: N passed, N failed" over the Bazel test targets.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh || exit 1

@@ -302,7 +302,7 @@ class CudaKernels final : public DeviceKernels {
   }
 
   // Index ops: every tensor is contiguous and src has dst's dtype (the
-  // contract in core/device_kernels.h; ops/ops_index.cc arranges it). The
+  // contract in core/device_kernels.h; core/ops_index.cc arranges it). The
   // kernels address raw [outer, n, inner] memory, so a strided view or a
   // dtype mismatch would silently read or scatter to the wrong elements:
   // refuse those instead.
