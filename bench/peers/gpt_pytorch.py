@@ -80,7 +80,12 @@ def train(rank, args, store_dir):
 
     def all_reduce(t, op=None):
         if tp > 1:
-            dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+            if t.dtype == torch.bfloat16:  # gloo (PyTorch 1.13) reduces no bf16: go through f32
+                wide = t.float()
+                dist.all_reduce(wide, op=op or dist.ReduceOp.SUM)
+                t.copy_(wide)
+            else:
+                dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
         return t
 
     class CopyToTp(torch.autograd.Function):  # identity; gradient summed over ranks
