@@ -176,7 +176,9 @@ TEST_P(FusedNnTest, ScaledSoftmaxMatchesDoubleReference) {
       // Masked positions are exactly 0.
       std::vector<float> got = y->ToVector<float>();
       for (size_t i = 0; i < ref.size(); ++i) {
-        if (ref[i] == 0.0) EXPECT_EQ(got[i], 0.0f) << i;
+        if (ref[i] == 0.0) {
+          EXPECT_EQ(got[i], 0.0f) << i;
+        }
       }
     }
     // Backward: dx = scale * y * (g - sum(g * y)).

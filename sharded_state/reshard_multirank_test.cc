@@ -105,7 +105,9 @@ TEST(Reshard, SaveAtEveryTpLoadAtEveryOther) {
         ASSERT_TRUE(out.ok()) << out.status();
         EXPECT_TRUE(TensorsClose(*out, *ref_out, 1e-5, kOutAtol));
         // At TP=1 the math is the reference's: bit-equal.
-        if (b == 1) EXPECT_TRUE(BitEqual(*out, *ref_out));
+        if (b == 1) {
+          EXPECT_TRUE(BitEqual(*out, *ref_out));
+        }
       }
     }
   }, options);

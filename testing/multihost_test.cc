@@ -73,7 +73,9 @@ TEST_P(MultiHost, RanksSeeTheirHostAndTalkTcp) {
     std::vector<int32_t> mine(3, ctx.rank), all(3 * ctx.size, -1);
     ASSERT_TRUE(ctx.comm.AllGather(mine.data(), all.data(), 3, DType::kI32).Wait().ok());
     for (int i = 0; i < 3 * ctx.size; ++i) EXPECT_EQ(all[i], i / 3);
-    if (host == 0) EXPECT_GE(ConnectionsTo(h->address(1)), 1) << "no TCP to host 1";
+    if (host == 0) {
+      EXPECT_GE(ConnectionsTo(h->address(1)), 1) << "no TCP to host 1";
+    }
     ASSERT_TRUE(ctx.comm.Barrier().Wait().ok());
   }, options);
 }
