@@ -45,6 +45,16 @@ constexpr double kBf16TpTolerance = 1e-2;
 // bf16 against f32 at TP=1: measured within 9e-4 nats at every step.
 constexpr double kBf16VsF32Tolerance = 1e-2;
 
+// The per-step losses of training `o` on `comm`; empty on ranks outside the
+// group (no communicator) or when training failed (reported as a failure).
+std::vector<double> TrainedLosses(comm::Communicator* comm, const ByteDataset& data,
+                                  const TrainOptions& o) {
+  if (comm == nullptr) return {};
+  auto r = Train(*comm, data, o);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->losses : std::vector<double>{};
+}
+
 TrainOptions TinyOptions(int tp, bool sp, bool recompute, double dropout) {
   TrainOptions o = TinyTrainOptions(tp, kSteps, /*warmup_steps=*/5);
   o.model.dropout = dropout;
@@ -63,11 +73,8 @@ TEST(GptTpInvariance, SameLossesAtTp1Tp2Tp4WithSequenceParallelRecomputeAndDataP
     auto data = LoadBundledText();
     ASSERT_TRUE(data.ok()) << data.status();
     const double dropout = 0.1;
-    auto train = [&](comm::Communicator* comm, const TrainOptions& o) -> std::vector<double> {
-      if (comm == nullptr) return {};
-      auto r = Train(*comm, *data, o);
-      EXPECT_TRUE(r.ok()) << r.status();
-      return r.ok() ? r->losses : std::vector<double>{};
+    auto train = [&](comm::Communicator* comm, const TrainOptions& o) {
+      return TrainedLosses(comm, *data, o);
     };
     auto solo = ctx.comm.Split(ctx.rank == 0 ? 0 : -1, 0);
     auto pair = ctx.comm.Split(ctx.rank < 2 ? 0 : -1, ctx.rank);
@@ -131,11 +138,8 @@ TEST(GptTpInvariance, Bf16LossesAtTp1Tp2Tp4CloseToEachOtherAndToF32) {
       o.grad_reduce_dtype = reduce_dtype;
       return o;
     };
-    auto train = [&](comm::Communicator* comm, const TrainOptions& o) -> std::vector<double> {
-      if (comm == nullptr) return {};
-      auto r = Train(*comm, *data, o);
-      EXPECT_TRUE(r.ok()) << r.status();
-      return r.ok() ? r->losses : std::vector<double>{};
+    auto train = [&](comm::Communicator* comm, const TrainOptions& o) {
+      return TrainedLosses(comm, *data, o);
     };
     auto solo = ctx.comm.Split(ctx.rank == 0 ? 0 : -1, 0);
     auto pair = ctx.comm.Split(ctx.rank < 2 ? 0 : -1, ctx.rank);
