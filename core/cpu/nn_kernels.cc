@@ -72,6 +72,18 @@ TPX_VECTOR_CLONES void LayerNormBackwardRow(const T* g, const T* x, float mean, 
     });
     const float m1 = s1 / static_cast<float>(h);
     const float m2 = s2 / static_cast<float>(h);
+    if (dw_acc != nullptr && db_acc != nullptr) {
+      // The usual case: the weight and bias gradients in the same pass as dx
+      // (same arithmetic as the separate loops below).
+      for (int64_t j = 0; j < h; ++j) {
+        const float gj = Load(g[j]);
+        const float xhat = (Load(x[j]) - mean) * rstd;
+        dx[j] = StoreAs<T>(rstd * (gj * w[j] - m1 - xhat * m2));
+        dw_acc[j] += gj * xhat;
+        db_acc[j] += gj;
+      }
+      return;
+    }
     for (int64_t j = 0; j < h; ++j) {
       const float d = Load(g[j]) * w[j];
       dx[j] = StoreAs<T>(rstd * (d - m1 - ((Load(x[j]) - mean) * rstd) * m2));
