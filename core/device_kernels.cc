@@ -77,7 +77,7 @@ absl::Status DeviceKernels::BiasGelu(const Tensor&, const Tensor&, const Tensor&
 }
 
 absl::Status DeviceKernels::BiasGeluBackward(const Tensor&, const Tensor&, const Tensor&,
-                                             const Tensor&, int64_t, int64_t) {
+                                             const Tensor&, const Tensor&, int64_t, int64_t) {
   return NotOnThisDevice("BiasGeluBackward");
 }
 

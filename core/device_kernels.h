@@ -119,9 +119,12 @@ class DeviceKernels {
   // h]; y, x and bias [h] share a floating dtype; computed in f32.
   virtual absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias,
                                 int64_t rows, int64_t h);
-  // Its gradient: dx = grad * GeLU'(x + bias), all of x's dtype.
-  virtual absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& grad, const Tensor& x,
-                                        const Tensor& bias, int64_t rows, int64_t h);
+  // Its gradients: dx = grad * GeLU'(x + bias), all of x's dtype, and, when
+  // dbias (bias's dtype [h]) is defined, dbias = dx summed over rows (in
+  // f32, from dx before it is rounded) in the same pass.
+  virtual absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& dbias,
+                                        const Tensor& grad, const Tensor& x, const Tensor& bias,
+                                        int64_t rows, int64_t h);
 
   // ---- Fused training kernels of the loss, the optimizer and dropout
   // (loss/, optim/, rng/), reached through core/ops.h ("Fused training

@@ -173,8 +173,14 @@ absl::StatusOr<Tensor> ScaledSoftmaxBackward(const Tensor& grad, const Tensor& y
 // GeLU(x + bias) with bias [size(-1)] of x's (floating) dtype, in one pass
 // (Megatron's bias-GeLU fusion: the bias leaves the GEMM).
 absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias);
-// Its gradient of x (and, summed over rows, of bias): grad * GeLU'(x + bias).
-absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias);
+// Its gradients in one pass: dx = grad * GeLU'(x + bias) and dbias = dx
+// summed over all but the last dim (bias's dtype, accumulated in f32).
+struct BiasGeluGradients {
+  Tensor dx;
+  Tensor dbias;
+};
+absl::StatusOr<BiasGeluGradients> BiasGeluBackward(const Tensor& grad, const Tensor& x,
+                                                   const Tensor& bias);
 
 // ---------------- Fused training kernels ----------------
 // The per-token loop of the vocab-parallel loss (loss/), the gradient norm

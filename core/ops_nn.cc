@@ -160,7 +160,8 @@ absl::StatusOr<Tensor> BiasGelu(const Tensor& x, const Tensor& bias) {
   return y;
 }
 
-absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, const Tensor& bias) {
+absl::StatusOr<BiasGeluGradients> BiasGeluBackward(const Tensor& grad, const Tensor& x,
+                                                   const Tensor& bias) {
   constexpr const char* kOp = "BiasGeluBackward";
   TPX_RETURN_IF_ERROR(CheckBiasInput(x, bias, kOp));
   TPX_RETURN_IF_ERROR(CheckInput(grad, kOp, "grad"));
@@ -175,9 +176,11 @@ absl::StatusOr<Tensor> BiasGeluBackward(const Tensor& grad, const Tensor& x, con
   TPX_ASSIGN_OR_RETURN(Tensor gc, grad.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor xc, x.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor bc, bias.Contiguous());
-  TPX_ASSIGN_OR_RETURN(Tensor dx, Tensor::Empty(x.shape(), x.dtype(), x.device()));
-  if (rows > 0) TPX_RETURN_IF_ERROR(k->BiasGeluBackward(dx, gc, xc, bc, rows, h));
-  return dx;
+  BiasGeluGradients r;
+  TPX_ASSIGN_OR_RETURN(r.dx, Tensor::Empty(x.shape(), x.dtype(), x.device()));
+  TPX_ASSIGN_OR_RETURN(r.dbias, Tensor::Empty(bias.shape(), bias.dtype(), bias.device()));
+  TPX_RETURN_IF_ERROR(k->BiasGeluBackward(r.dx, r.dbias, gc, xc, bc, rows, h));
+  return r;
 }
 
 }  // namespace tpx::ops

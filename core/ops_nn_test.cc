@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/compare_testutil.h"
 #include "core/device_testutil.h"
 #include "core/ops.h"
@@ -200,33 +201,50 @@ TEST_P(FusedNnTest, ScaledSoftmaxMatchesDoubleReference) {
 }
 
 TEST_P(FusedNnTest, BiasGeluAndBackwardMatchDoubleReference) {
-  // [300, 130]: split over the threads.
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    SCOPED_TRACE(DTypeName(dtype));
-    const int64_t rows = 300, h = 130;
-    Tensor x = TestRandom({rows, h}, dtype, 31, -4.0f, 4.0f);
-    Tensor b = TestRandom({h}, dtype, 32);
-    Tensor g = TestRandom({rows, h}, dtype, 33);
-    absl::StatusOr<Tensor> y = BiasGelu(x, b);
-    SKIP_IF_UNIMPLEMENTED(y);
-    ASSERT_TRUE(y.ok()) << y.status();
-    absl::StatusOr<Tensor> dx = BiasGeluBackward(g, x, b);
-    ASSERT_TRUE(dx.ok()) << dx.status();
-    ASSERT_EQ(y->dtype(), dtype);
-    ASSERT_EQ(dx->dtype(), dtype);
-    const std::vector<double> xv = x.ToVector<double>(), bv = b.ToVector<double>();
-    const std::vector<double> gv = g.ToVector<double>();
-    const std::vector<double> yv = y->ToVector<double>(), dv = dx->ToVector<double>();
-    const double rel = dtype == DType::kF32 ? 1e-5 : 8e-3;
-    for (int64_t i = 0; i < rows * h; ++i) {
-      const double z = xv[i] + bv[i % h];
-      const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
-      const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
-      const double want_y = z * cdf, want_dx = gv[i] * (cdf + z * pdf);
-      ASSERT_NEAR(yv[i], want_y, rel * std::abs(want_y) + 1e-6) << i;
-      ASSERT_NEAR(dv[i], want_dx, rel * std::abs(want_dx) + 1e-6) << i;
+  // [300, 130]: split over the threads, the bias gradient over several row
+  // chunks with a partial last one; [3, 5, 7]: rows over two leading dims;
+  // [0, 9]: no rows (bias gradient 0).
+  for (const Shape& shape : {Shape{300, 130}, Shape{3, 5, 7}, Shape{1, 1}, Shape{0, 9}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " ", ShapeString(shape)));
+      const int64_t h = shape.back();
+      const int64_t n = NumElements(shape), rows = n / h;
+      Tensor x = TestRandom(shape, dtype, 31, -4.0f, 4.0f);
+      Tensor b = TestRandom({h}, dtype, 32);
+      Tensor g = TestRandom(shape, dtype, 33);
+      absl::StatusOr<Tensor> y = BiasGelu(x, b);
+      SKIP_IF_UNIMPLEMENTED(y);
+      ASSERT_TRUE(y.ok()) << y.status();
+      absl::StatusOr<BiasGeluGradients> d = BiasGeluBackward(g, x, b);
+      ASSERT_TRUE(d.ok()) << d.status();
+      ASSERT_EQ(y->dtype(), dtype);
+      ASSERT_EQ(d->dx.dtype(), dtype);
+      ASSERT_EQ(d->dx.shape(), shape);
+      ASSERT_EQ(d->dbias.dtype(), dtype);
+      ASSERT_EQ(d->dbias.shape(), Shape{h});
+      const std::vector<double> xv = x.ToVector<double>(), bv = b.ToVector<double>();
+      const std::vector<double> gv = g.ToVector<double>();
+      const std::vector<double> yv = y->ToVector<double>(), dv = d->dx.ToVector<double>();
+      const double rel = dtype == DType::kF32 ? 1e-5 : 8e-3;
+      std::vector<double> want_db(h, 0.0), abs_db(h, 0.0);
+      for (int64_t i = 0; i < n; ++i) {
+        const double z = xv[i] + bv[i % h];
+        const double cdf = 0.5 * (1.0 + std::erf(z / std::sqrt(2.0)));
+        const double pdf = std::exp(-0.5 * z * z) / std::sqrt(2.0 * M_PI);
+        const double want_y = z * cdf, want_dx = gv[i] * (cdf + z * pdf);
+        ASSERT_NEAR(yv[i], want_y, rel * std::abs(want_y) + 1e-6) << i;
+        ASSERT_NEAR(dv[i], want_dx, rel * std::abs(want_dx) + 1e-6) << i;
+        want_db[i % h] += want_dx;
+        abs_db[i % h] += std::abs(want_dx);
+      }
+      // Error bound of the column sum: relative to the sum of magnitudes.
+      const std::vector<double> db = d->dbias.ToVector<double>();
+      for (int64_t j = 0; j < h; ++j) {
+        ASSERT_NEAR(db[j], want_db[j], rel * abs_db[j] + 1e-6) << j << " of " << rows << " rows";
+      }
     }
   }
+  EXPECT_FALSE(BiasGeluBackward(TestRandom({2, 3}), TestRandom({3, 2}), TestRandom({2})).ok());
   EXPECT_THAT(BiasGelu(TestRandom({2, 3}), TestRandom({2})).status().message(),
               HasSubstr("BiasGelu: bias"));
 }

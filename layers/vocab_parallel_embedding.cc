@@ -59,17 +59,23 @@ absl::StatusOr<Variable> VocabParallelEmbedding::Forward(const Tensor& ids) cons
   // Ids outside this rank's range look up row 0 and are zeroed afterwards.
   std::vector<int64_t> local(values.size());
   std::vector<bool> outside(values.size());
+  bool any_outside = false;
   for (size_t i = 0; i < values.size(); ++i) {
     outside[i] = values[i] < range_.first || values[i] >= range_.last;
+    any_outside = any_outside || outside[i];
     local[i] = outside[i] ? 0 : values[i] - range_.first;
   }
   const Device device = weight_.value().device();
   TPX_ASSIGN_OR_RETURN(Tensor index, Tensor::FromVector<int64_t>(local, {ids.numel()}));
   TPX_ASSIGN_OR_RETURN(index, index.To(device));
-  TPX_ASSIGN_OR_RETURN(Tensor mask, Tensor::FromVector<bool>(outside, {ids.numel(), 1}));
-  TPX_ASSIGN_OR_RETURN(mask, mask.To(device));
   TPX_ASSIGN_OR_RETURN(Variable rows, ag::IndexSelect(weight_, 0, index));
-  TPX_ASSIGN_OR_RETURN(rows, ag::MaskedFill(rows, mask, 0.0));
+  // The whole vocabulary on one rank (TP=1) leaves nothing to zero: no mask
+  // pass forward and backward.
+  if (any_outside) {
+    TPX_ASSIGN_OR_RETURN(Tensor mask, Tensor::FromVector<bool>(outside, {ids.numel(), 1}));
+    TPX_ASSIGN_OR_RETURN(mask, mask.To(device));
+    TPX_ASSIGN_OR_RETURN(rows, ag::MaskedFill(rows, mask, 0.0));
+  }
   Shape out_shape = ids.shape();
   out_shape.push_back(embedding_dim_);
   TPX_ASSIGN_OR_RETURN(Variable partial, ag::Reshape(rows, out_shape));

@@ -254,14 +254,15 @@ absl::StatusOr<Variable> BiasGelu(const Variable& x, const Variable& bias) {
       [](LambdaOp& op, absl::Span<const Tensor> g) -> absl::StatusOr<Tensors> {
         const Tensor& x = op.Saved(0);
         const Tensor& bias = op.Saved(1);
-        absl::StatusOr<Tensor> dx = ops::BiasGeluBackward(g[0], x, bias);
-        if (absl::IsUnimplemented(dx.status())) {
-          TPX_ASSIGN_OR_RETURN(Tensor z, ops::Add(x, bias));
-          dx = ops::GeluBackward(g[0], z);
+        absl::StatusOr<ops::BiasGeluGradients> fused = ops::BiasGeluBackward(g[0], x, bias);
+        if (!absl::IsUnimplemented(fused.status())) {
+          TPX_RETURN_IF_ERROR(fused.status());
+          return Tensors{fused->dx, fused->dbias};
         }
-        TPX_RETURN_IF_ERROR(dx.status());
-        TPX_ASSIGN_OR_RETURN(Tensor db, ops::SumTo(*dx, bias.shape()));
-        return Tensors{*dx, db};
+        TPX_ASSIGN_OR_RETURN(Tensor z, ops::Add(x, bias));
+        TPX_ASSIGN_OR_RETURN(Tensor dx, ops::GeluBackward(g[0], z));
+        TPX_ASSIGN_OR_RETURN(Tensor db, ops::SumTo(dx, bias.shape()));
+        return Tensors{dx, db};
       },
       {x, bias});
 }

@@ -46,8 +46,9 @@ class CpuDeviceKernels final : public DeviceKernels {
                                      int64_t rows, int64_t n, double scale) override;
   absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias, int64_t rows,
                         int64_t h) override;
-  absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& grad, const Tensor& x,
-                                const Tensor& bias, int64_t rows, int64_t h) override;
+  absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& dbias, const Tensor& grad,
+                                const Tensor& x, const Tensor& bias, int64_t rows,
+                                int64_t h) override;
   absl::Status CrossEntropyStats(const Tensor& stats, const Tensor& logits, const Tensor& target,
                                  int64_t rows, int64_t v) override;  // training_kernels.cc
   absl::Status CrossEntropyBackward(const Tensor& dx, const Tensor& logits, const Tensor& lse,

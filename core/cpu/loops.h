@@ -53,6 +53,22 @@ decltype(auto) DispatchFloat(DType dtype, Fn&& fn) {
   }
 }
 
+// The driver of the row kernels: dispatches a floating dtype (caller
+// validated) and calls fn(T{}, first, last) on disjoint row ranges covering
+// [0, rows), split over the kernel threads (ParallelFor; cost_per_row is
+// the elements a row touches).
+//
+//   ParallelFloatRows(x.dtype(), rows, h, [&](auto tag, int64_t first, int64_t last) {
+//     using T = decltype(tag);
+//     for (int64_t r = first; r < last; ++r) NormalizeRow(x.data<T>() + r * h, h);
+//   });
+template <typename Fn>
+void ParallelFloatRows(DType dtype, int64_t rows, int64_t cost_per_row, Fn&& fn) {
+  DispatchFloat(dtype, [&](auto tag) {
+    ParallelFor(rows, cost_per_row, [&](int64_t first, int64_t last) { fn(tag, first, last); });
+  });
+}
+
 template <typename T>
 inline constexpr bool kIsReduced = std::is_same_v<T, BF16> || std::is_same_v<T, F16>;
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu/column_sums.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
@@ -17,10 +18,6 @@
 
 namespace tpx::cpu {
 namespace {
-
-// Rows per partial sum of the layer-norm weight/bias gradients: a fixed
-// chunking, so the sums do not depend on the thread count.
-constexpr int64_t kRowsPerChunk = 32;
 
 // Sum of f(j) over j in [0, n) with eight independent partial sums
 // (vectorises without reassociation flags), combined pairwise as
@@ -75,6 +72,18 @@ TPX_VECTOR_CLONES void LayerNormBackwardRow(const T* g, const T* x, float mean, 
     });
     const float m1 = s1 / static_cast<float>(h);
     const float m2 = s2 / static_cast<float>(h);
+    if (dw_acc != nullptr && db_acc != nullptr) {
+      // The usual case: the weight and bias gradients in the same pass as dx
+      // (same arithmetic as the separate loops below).
+      for (int64_t j = 0; j < h; ++j) {
+        const float gj = Load(g[j]);
+        const float xhat = (Load(x[j]) - mean) * rstd;
+        dx[j] = StoreAs<T>(rstd * (gj * w[j] - m1 - xhat * m2));
+        dw_acc[j] += gj * xhat;
+        db_acc[j] += gj;
+      }
+      return;
+    }
     for (int64_t j = 0; j < h; ++j) {
       const float d = Load(g[j]) * w[j];
       dx[j] = StoreAs<T>(rstd * (d - m1 - ((Load(x[j]) - mean) * rstd) * m2));
@@ -121,22 +130,31 @@ TPX_VECTOR_CLONES void SoftmaxRow(const T* x, T* y, float* e, int64_t valid, int
   for (int64_t j = std::max<int64_t>(valid, 0); j < n; ++j) y[j] = StoreAs<T>(0.0f);
 }
 
-// dx = scale * y * (g - sum(g * y)).
 // y = GeLU(x + b) over a row.
 template <typename T>
 TPX_VECTOR_CLONES void BiasGeluRow(const T* x, const T* b, T* y, int64_t h) {
   for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>(Gelu(Load(x[j]) + Load(b[j])));
 }
 
-// dx = g * GeLU'(x + b) over a row.
+// dx = g * GeLU'(x + b) over a row, and dx added to db_acc (f32, before
+// dx is rounded to T) when db_acc is not null.
 template <typename T>
 TPX_VECTOR_CLONES void BiasGeluBackwardRow(const T* g, const T* x, const T* b, T* dx,
-                                           int64_t h) {
+                                           float* db_acc, int64_t h) {
+  if (db_acc == nullptr) {
+    for (int64_t j = 0; j < h; ++j) {
+      dx[j] = StoreAs<T>(Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])));
+    }
+    return;
+  }
   for (int64_t j = 0; j < h; ++j) {
-    dx[j] = StoreAs<T>(Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])));
+    const float d = Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j]));
+    dx[j] = StoreAs<T>(d);
+    db_acc[j] += d;
   }
 }
 
+// dx = scale * y * (g - sum(g * y)).
 template <typename T>
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const T* g, const T* y, T* dx, int64_t n,
                                           float scale) {
@@ -159,15 +177,13 @@ absl::Status CpuDeviceKernels::LayerNorm(const Tensor& y, const Tensor& mean, co
   float* mo = mean.data<float>();
   float* ro = rstd.data<float>();
   const float e = static_cast<float>(eps);
-  DispatchFloat(x.dtype(), [&](auto tag) {
+  ParallelFloatRows(x.dtype(), rows, h, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    ParallelFor(rows, h, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) {
-        LayerNormRow(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r);
-      }
-    });
+    for (int64_t r = first; r < last; ++r) {
+      LayerNormRow(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r);
+    }
   });
   return absl::OkStatus();
 }
@@ -186,60 +202,46 @@ absl::Status CpuDeviceKernels::LayerNormBackward(const Tensor& dx, const Tensor&
   const float* mp = mean.data<float>();
   const float* rp = rstd.data<float>();
   const bool want_dw = dweight.defined(), want_db = dbias.defined();
-  const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-  // Per chunk: h partial sums of dweight, then h of dbias.
-  std::vector<float> partial((want_dw || want_db) ? chunks * 2 * h : 0, 0.0f);
-  DispatchFloat(x.dtype(), [&](auto tag) {
+  // Per chunk of rows: sum 0 of dweight, sum 1 of dbias.
+  ColumnSums sums(rows, (want_dw || want_db) ? h : 0, 2);
+  if (!sums.ok()) return absl::ResourceExhaustedError("LayerNormBackward: out of memory");
+  constexpr int64_t kChunk = ColumnSums::kRowsPerChunk;
+  ParallelFloatRows(x.dtype(), sums.chunks(), kChunk * h,
+                    [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* gp = grad.data<T>();
     const T* xp = x.data<T>();
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
-    ParallelFor(chunks, kRowsPerChunk * h, [&](int64_t first, int64_t last) {
-      for (int64_t c = first; c < last; ++c) {
-        float* dw_acc = want_dw ? partial.data() + c * 2 * h : nullptr;
-        float* db_acc = want_db ? partial.data() + c * 2 * h + h : nullptr;
-        const int64_t r_end = std::min(rows, (c + 1) * kRowsPerChunk);
-        for (int64_t r = c * kRowsPerChunk; r < r_end; ++r) {
-          LayerNormBackwardRow(gp + r * h, xp + r * h, mp[r], rp[r], w,
-                               dxp != nullptr ? dxp + r * h : nullptr, dw_acc, db_acc, h);
-        }
+    for (int64_t c = first; c < last; ++c) {
+      float* dw_acc = want_dw ? sums.ZeroedPartial(c, 0) : nullptr;
+      float* db_acc = want_db ? sums.ZeroedPartial(c, 1) : nullptr;
+      for (int64_t r = sums.first_row(c); r < sums.last_row(c); ++r) {
+        LayerNormBackwardRow(gp + r * h, xp + r * h, mp[r], rp[r], w,
+                             dxp != nullptr ? dxp + r * h : nullptr, dw_acc, db_acc, h);
       }
-    });
+    }
   });
-  float* dw = want_dw ? dweight.data<float>() : nullptr;
-  float* db = want_db ? dbias.data<float>() : nullptr;
-  if (dw != nullptr) std::fill_n(dw, h, 0.0f);
-  if (db != nullptr) std::fill_n(db, h, 0.0f);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const float* pc = partial.data() + c * 2 * h;
-    if (dw != nullptr) {
-      for (int64_t j = 0; j < h; ++j) dw[j] += pc[j];
-    }
-    if (db != nullptr) {
-      for (int64_t j = 0; j < h; ++j) db[j] += pc[h + j];
-    }
-  }
+  if (want_dw) sums.Total(0, 1.0f, dweight.data<float>());
+  if (want_db) sums.Total(1, 1.0f, dbias.data<float>());
   return absl::OkStatus();
 }
 
 absl::Status CpuDeviceKernels::ScaledSoftmax(const Tensor& out, const Tensor& in, int64_t batch,
                                              int64_t m, int64_t n, double scale, bool causal) {
   const float s = static_cast<float>(scale);
-  DispatchFloat(in.dtype(), [&](auto tag) {
+  ParallelFloatRows(in.dtype(), batch * m, n, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* xp = in.data<T>();
     T* yp = out.data<T>();
-    ParallelFor(batch * m, n, [&](int64_t first, int64_t last) {
-      std::vector<float> ebuf(std::is_same_v<T, float> ? 0 : n);
-      for (int64_t r = first; r < last; ++r) {
-        const int64_t i = r % m;
-        const int64_t valid = causal ? std::clamp<int64_t>(i + 1 + n - m, 0, n) : n;
-        T* yr = yp + r * n;
-        float* er = ebuf.data();
-        if constexpr (std::is_same_v<T, float>) er = yr;
-        SoftmaxRow(xp + r * n, yr, er, valid, n, s);
-      }
-    });
+    std::vector<float> ebuf(std::is_same_v<T, float> ? 0 : n);
+    for (int64_t r = first; r < last; ++r) {
+      const int64_t i = r % m;
+      const int64_t valid = causal ? std::clamp<int64_t>(i + 1 + n - m, 0, n) : n;
+      T* yr = yp + r * n;
+      float* er = ebuf.data();
+      if constexpr (std::is_same_v<T, float>) er = yr;
+      SoftmaxRow(xp + r * n, yr, er, valid, n, s);
+    }
   });
   return absl::OkStatus();
 }
@@ -248,49 +250,60 @@ absl::Status CpuDeviceKernels::ScaledSoftmaxBackward(const Tensor& dx, const Ten
                                                      const Tensor& y, int64_t rows, int64_t n,
                                                      double scale) {
   const float s = static_cast<float>(scale);
-  DispatchFloat(y.dtype(), [&](auto tag) {
+  ParallelFloatRows(y.dtype(), rows, n, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* gp = grad.data<T>();
     const T* yp = y.data<T>();
     T* dp = dx.data<T>();
-    ParallelFor(rows, n, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) {
-        SoftmaxBackwardRow(gp + r * n, yp + r * n, dp + r * n, n, s);
-      }
-    });
+    for (int64_t r = first; r < last; ++r) {
+      SoftmaxBackwardRow(gp + r * n, yp + r * n, dp + r * n, n, s);
+    }
   });
   return absl::OkStatus();
 }
 
 absl::Status CpuDeviceKernels::BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias,
                                         int64_t rows, int64_t h) {
-  DispatchFloat(x.dtype(), [&](auto tag) {
+  ParallelFloatRows(x.dtype(), rows, h, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
     const T* bp = bias.data<T>();
     T* yp = y.data<T>();
-    ParallelFor(rows, h, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) BiasGeluRow(xp + r * h, bp, yp + r * h, h);
-    });
+    for (int64_t r = first; r < last; ++r) BiasGeluRow(xp + r * h, bp, yp + r * h, h);
   });
   return absl::OkStatus();
 }
 
-absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& grad,
-                                                const Tensor& x, const Tensor& bias, int64_t rows,
-                                                int64_t h) {
-  DispatchFloat(x.dtype(), [&](auto tag) {
+absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& dbias,
+                                                const Tensor& grad, const Tensor& x,
+                                                const Tensor& bias, int64_t rows, int64_t h) {
+  const bool want_db = dbias.defined();
+  // dbias is summed per chunk of rows while dx is written (chunks of one
+  // row without it, so the threads split as finely as before).
+  ColumnSums sums(want_db ? rows : 0, h, 1);
+  if (!sums.ok()) return absl::ResourceExhaustedError("BiasGeluBackward: out of memory");
+  const int64_t per_item = want_db ? ColumnSums::kRowsPerChunk : 1;
+  const int64_t items = want_db ? sums.chunks() : rows;
+  ParallelFloatRows(x.dtype(), items, per_item * h, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* gp = grad.data<T>();
     const T* xp = x.data<T>();
     const T* bp = bias.data<T>();
     T* dp = dx.data<T>();
-    ParallelFor(rows, h, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) {
-        BiasGeluBackwardRow(gp + r * h, xp + r * h, bp, dp + r * h, h);
+    for (int64_t c = first; c < last; ++c) {
+      float* db_acc = want_db ? sums.ZeroedPartial(c, 0) : nullptr;
+      const int64_t r_end = std::min(rows, (c + 1) * per_item);
+      for (int64_t r = c * per_item; r < r_end; ++r) {
+        BiasGeluBackwardRow(gp + r * h, xp + r * h, bp, dp + r * h, db_acc, h);
       }
-    });
+    }
   });
+  if (want_db) {
+    DispatchFloat(dbias.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      sums.Total(0, 1.0f, dbias.data<T>());
+    });
+  }
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/column_sums.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
@@ -81,37 +82,65 @@ float RowMax(const T* x, int64_t n, int64_t stride) {
   return r;
 }
 
-void SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean) {
+// Adds rows [first, last) of x (rows of `inner`) into acc.
+template <typename T>
+TPX_VECTOR_CLONES void AddRows(const T* x, int64_t first, int64_t last, int64_t inner,
+                               float* acc) {
+  for (int64_t r = first; r < last; ++r) {
+    const T* row = x + r * inner;
+    for (int64_t j = 0; j < inner; ++j) acc[j] += Load(row[j]);
+  }
+}
+
+// Floating sums over n in f32, split over the kernel threads: contiguous
+// rows (inner == 1) per outer index; otherwise (bias gradients: [rows, h]
+// summed to [h]) in fixed chunks of rows per outer index (core/cpu/column_sums.h),
+// so the result does not depend on the thread count.
+template <typename T>
+absl::Status FloatSumOrMean(const Tensor& out, const Tensor& in, Layout r, float scale) {
+  const T* x = in.template data<T>();
+  T* o = out.data<T>();
+  if (r.inner == 1) {
+    ParallelFor(r.outer, r.n, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) o[i] = StoreAs<T>(SumRow(x + i * r.n, r.n) * scale);
+    });
+    return absl::OkStatus();
+  }
+  ColumnSums sums(r.n, r.inner, r.outer);
+  if (!sums.ok()) return absl::ResourceExhaustedError("Sum: out of memory");
+  const int64_t chunks = sums.chunks();
+  ParallelFor(r.outer * chunks, ColumnSums::kRowsPerChunk * r.inner,
+              [&](int64_t first, int64_t last) {
+                for (int64_t q = first; q < last; ++q) {
+                  const int64_t i = q / chunks, c = q % chunks;
+                  AddRows(x + i * r.n * r.inner, sums.first_row(c), sums.last_row(c), r.inner,
+                          sums.ZeroedPartial(c, i));
+                }
+              });
+  for (int64_t i = 0; i < r.outer; ++i) sums.Total(i, scale, o + i * r.inner);
+  return absl::OkStatus();
+}
+
+absl::Status SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean) {
   const float scale = mean ? 1.0f / static_cast<float>(r.n) : 1.0f;
+  if (IsFloatingPoint(in.dtype())) {
+    return DispatchFloat(in.dtype(), [&](auto tag) {
+      return FloatSumOrMean<decltype(tag)>(out, in, r, scale);
+    });
+  }
   DispatchDType(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, bool>) {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       const T* x = in.template data<T>();
-      if constexpr (std::is_integral_v<T>) {
-        int64_t* o = out.data<int64_t>();
-        std::vector<int64_t> acc(r.inner);
-        for (int64_t i = 0; i < r.outer; ++i) {
-          SumBlock<int64_t>(x + i * r.n * r.inner, r.n, r.inner, acc.data());
-          for (int64_t j = 0; j < r.inner; ++j) o[i * r.inner + j] = acc[j];
-        }
-      } else {
-        T* o = out.data<T>();
-        if (r.inner == 1) {
-          for (int64_t i = 0; i < r.outer; ++i) {
-            o[i] = StoreAs<T>(SumRow(x + i * r.n, r.n) * scale);
-          }
-        } else {
-          std::vector<float> acc(r.inner);
-          for (int64_t i = 0; i < r.outer; ++i) {
-            SumBlock<float>(x + i * r.n * r.inner, r.n, r.inner, acc.data());
-            for (int64_t j = 0; j < r.inner; ++j) {
-              o[i * r.inner + j] = StoreAs<T>(acc[j] * scale);
-            }
-          }
-        }
+      int64_t* o = out.data<int64_t>();
+      std::vector<int64_t> acc(r.inner);
+      for (int64_t i = 0; i < r.outer; ++i) {
+        SumBlock<int64_t>(x + i * r.n * r.inner, r.n, r.inner, acc.data());
+        for (int64_t j = 0; j < r.inner; ++j) o[i * r.inner + j] = acc[j];
       }
     }
   });
+  return absl::OkStatus();
 }
 
 // Max values (values != nullptr) or argmax (indices != nullptr) over n.
@@ -167,8 +196,8 @@ absl::Status CpuDeviceKernels::Reduce(ReduceOp op, const Tensor& out, const Tens
                                       int64_t outer, int64_t n, int64_t inner) {
   const Layout r{outer, n, inner};
   switch (op) {
-    case ReduceOp::kSum: SumOrMean(out, in, r, /*mean=*/false); break;
-    case ReduceOp::kMean: SumOrMean(out, in, r, /*mean=*/true); break;
+    case ReduceOp::kSum: return SumOrMean(out, in, r, /*mean=*/false);
+    case ReduceOp::kMean: return SumOrMean(out, in, r, /*mean=*/true);
     case ReduceOp::kMax: MaxOrArgmax(in, r, &out, nullptr); break;
     case ReduceOp::kArgmax: MaxOrArgmax(in, r, nullptr, &out); break;
   }

@@ -222,20 +222,18 @@ absl::Status CpuDeviceKernels::CrossEntropyStats(const Tensor& stats, const Tens
                                                  const Tensor& target, int64_t rows, int64_t v) {
   float* st = stats.data<float>();
   const int64_t* tp = target.data<int64_t>();
-  DispatchFloat(logits.dtype(), [&](auto tag) {
+  ParallelFloatRows(logits.dtype(), rows, v, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* x = logits.data<T>();
-    ParallelFor(rows, v, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) {
-        float* out = st + r * 4;
-        if (tp[r] == kIgnoredRow) {
-          out[0] = kNegInf;
-          out[1] = out[2] = out[3] = 0.f;
-          continue;
-        }
-        RowStats(x + r * v, v, tp[r], out);
+    for (int64_t r = first; r < last; ++r) {
+      float* out = st + r * 4;
+      if (tp[r] == kIgnoredRow) {
+        out[0] = kNegInf;
+        out[1] = out[2] = out[3] = 0.f;
+        continue;
       }
-    });
+      RowStats(x + r * v, v, tp[r], out);
+    }
   });
   return absl::OkStatus();
 }
@@ -249,20 +247,18 @@ absl::Status CpuDeviceKernels::CrossEntropyBackward(const Tensor& dx, const Tens
   const float* lp = lse.data<float>();
   const float* gp = g.data<float>();
   const int64_t* tp = target.data<int64_t>();
-  DispatchFloat(logits.dtype(), [&](auto tag) {
+  ParallelFloatRows(logits.dtype(), rows, v, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* x = logits.data<T>();
     T* out = dx.data<T>();
-    ParallelFor(rows, v, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) {
-        T* o = out + r * v;
-        if (tp[r] == kIgnoredRow) {
-          std::fill(o, o + v, StoreAs<T>(0.0f));
-          continue;
-        }
-        RowGrad(x + r * v, o, v, lp[r], gp[r], smooth_over_k, target_coeff, tp[r]);
+    for (int64_t r = first; r < last; ++r) {
+      T* o = out + r * v;
+      if (tp[r] == kIgnoredRow) {
+        std::fill(o, o + v, StoreAs<T>(0.0f));
+        continue;
       }
-    });
+      RowGrad(x + r * v, o, v, lp[r], gp[r], smooth_over_k, target_coeff, tp[r]);
+    }
   });
   return absl::OkStatus();
 }
@@ -270,15 +266,13 @@ absl::Status CpuDeviceKernels::CrossEntropyBackward(const Tensor& dx, const Tens
 absl::Status CpuDeviceKernels::SumOfSquares(const Tensor& x, int64_t n, double* out) {
   const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
   std::vector<double> partial(chunks);
-  DispatchFloat(x.dtype(), [&](auto tag) {
+  ParallelFloatRows(x.dtype(), chunks, kSquaresChunk, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* p = x.data<T>();
-    ParallelFor(chunks, kSquaresChunk, [&](int64_t first, int64_t last) {
-      for (int64_t c = first; c < last; ++c) {
-        const int64_t i = c * kSquaresChunk;
-        partial[c] = SumOfSquaresRange(p + i, std::min(kSquaresChunk, n - i));
-      }
-    });
+    for (int64_t c = first; c < last; ++c) {
+      const int64_t i = c * kSquaresChunk;
+      partial[c] = SumOfSquaresRange(p + i, std::min(kSquaresChunk, n - i));
+    }
   });
   double s = 0;
   for (double v : partial) s += v;
@@ -317,20 +311,18 @@ absl::Status CpuDeviceKernels::DropoutAdd(const Tensor& out, const Tensor& x, co
   const bool* k = keep.defined() ? keep.data<bool>() : nullptr;
   const int64_t piece = bias.defined() ? bias_n : kDropoutPiece;
   const int64_t pieces = piece == 0 ? 0 : (n + piece - 1) / piece;
-  DispatchFloat(x.dtype(), [&](auto tag) {
+  ParallelFloatRows(x.dtype(), pieces, piece, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     T* o = out.data<T>();
     const T* xp = x.data<T>();
     const T* b = DataOrNull<T>(bias);
     const T* r = DataOrNull<T>(residual);
-    ParallelFor(pieces, piece, [&](int64_t first, int64_t last) {
-      for (int64_t q = first; q < last; ++q) {
-        const int64_t i = q * piece;
-        const int64_t len = std::min(piece, n - i);
-        DropoutAddAny(o + i, xp + i, b, k != nullptr ? k + i : nullptr,
-                        r != nullptr ? r + i : nullptr, len, scale);
-      }
-    });
+    for (int64_t q = first; q < last; ++q) {
+      const int64_t i = q * piece;
+      const int64_t len = std::min(piece, n - i);
+      DropoutAddAny(o + i, xp + i, b, k != nullptr ? k + i : nullptr,
+                    r != nullptr ? r + i : nullptr, len, scale);
+    }
   });
   return absl::OkStatus();
 }

@@ -33,15 +33,17 @@ namespace tpx::cpu {
 // limits: e^-inf = 0, e^+inf = +inf, overflow to +inf above ~88.72,
 // gradual underflow to subnormals and 0, NaN in gives NaN out.
 TPX_VEC_INLINE float Exp(float x) {
-  // Clamp so 2^n below stays within two normal-exponent factors; the clamp
-  // keeps NaN (both comparisons are false).
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
+  // Clamp so 2^n below stays within two normal-exponent factors. Written as
+  // max/min with NaN going to the bound (one vmaxps/vminps each; the NaN is
+  // put back at the end), which also keeps the integer conversion below
+  // defined. Keeping NaN through the clamp instead made GCC compute the
+  // polynomial twice and blend the results.
+  float xc = x > -104.0f ? x : -104.0f;
+  xc = xc < 89.0f ? xc : 89.0f;
   // n = round(x / ln2) via the 1.5 * 2^23 trick (exact for |n| < 2^22).
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;
-  float n = (xc * kLog2e + kRound) - kRound;
-  n = xc == xc ? n : 0.0f;  // keep the integer conversion below defined for NaN
+  const float n = (xc * kLog2e + kRound) - kRound;
   // r = x - n ln2 in two steps for accuracy.
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -55,7 +57,7 @@ TPX_VEC_INLINE float Exp(float x) {
   // Multiply by 2^n as 2^n1 * 2^n2 so n in [-150, 129] never leaves the
   // normal exponent range of either factor.
   const int32_t ni = static_cast<int32_t>(n);
-  const int32_t n1 = ni / 2;
+  const int32_t n1 = ni >> 1;  // floor(ni / 2): a shift, no division
   const int32_t n2 = ni - n1;
   const float s1 = std::bit_cast<float>(static_cast<uint32_t>(n1 + 127) << 23);
   const float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);

@@ -1,0 +1,123 @@
+// The CPU row kernels of a GPT block outside its GEMMs, at the GPT example's
+// shapes: bias + GeLU forward and backward (the backward with its bias
+// gradient from the same pass, beside the composed GeluBackward + SumTo),
+// layer norm forward and backward, and a bias gradient alone (SumTo [h]).
+//
+//   bazel run -c opt //bench:nn_kernels -- [--rows=2048] [--h=128] [--ffn=512] [--reps=21]
+//
+// One JSON line per op, dtype (f32, bf16) and thread count (1, 2):
+//   {"bench":"nn_kernels","op":"bias_gelu_backward","dtype":"bf16","threads":2,
+//    "rows":2048,"h":512,"us":...,"ns_per_element":...}
+// us: median over --reps calls (after one warm-up) of the op, outputs
+// allocated per call as in training.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "core/status_macros.h"
+
+ABSL_FLAG(int64_t, rows, 2048, "rows (tokens per step)");
+ABSL_FLAG(int64_t, h, 128, "hidden size (layer norm, bias gradient)");
+ABSL_FLAG(int64_t, ffn, 512, "MLP hidden size (bias + GeLU)");
+ABSL_FLAG(int, reps, 21, "timed calls per configuration");
+
+namespace tpx {
+namespace {
+
+absl::StatusOr<Tensor> Random(const Shape& shape, DType dtype, uint32_t seed) {
+  TPX_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(shape));
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = nd(gen);
+  return t.To(dtype);
+}
+
+// Median microseconds of fn over reps calls after one warm-up.
+absl::StatusOr<double> MedianUs(int reps, const std::function<absl::Status()>& fn) {
+  TPX_RETURN_IF_ERROR(fn());
+  std::vector<double> us;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    TPX_RETURN_IF_ERROR(fn());
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                           start)
+                     .count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+absl::Status Run() {
+  const int64_t rows = absl::GetFlag(FLAGS_rows), h = absl::GetFlag(FLAGS_h);
+  const int64_t ffn = absl::GetFlag(FLAGS_ffn);
+  const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    TPX_ASSIGN_OR_RETURN(Tensor up, Random({rows, ffn}, dtype, 1));
+    TPX_ASSIGN_OR_RETURN(Tensor up_bias, Random({ffn}, dtype, 2));
+    TPX_ASSIGN_OR_RETURN(Tensor up_grad, Random({rows, ffn}, dtype, 3));
+    TPX_ASSIGN_OR_RETURN(Tensor x, Random({rows, h}, dtype, 4));
+    TPX_ASSIGN_OR_RETURN(Tensor x_grad, Random({rows, h}, dtype, 5));
+    TPX_ASSIGN_OR_RETURN(Tensor w, Random({h}, DType::kF32, 6));
+    TPX_ASSIGN_OR_RETURN(Tensor b, Random({h}, DType::kF32, 7));
+    TPX_ASSIGN_OR_RETURN(ops::LayerNormResult ln, ops::LayerNorm(x, w, b, 1e-5));
+    struct Op {
+      const char* name;
+      int64_t width;
+      std::function<absl::Status()> fn;
+    };
+    const std::vector<Op> all = {
+        {"bias_gelu", ffn, [&] { return ops::BiasGelu(up, up_bias).status(); }},
+        {"bias_gelu_backward", ffn,
+         [&] { return ops::BiasGeluBackward(up_grad, up, up_bias).status(); }},
+        {"bias_gelu_backward_composed", ffn,
+         [&]() -> absl::Status {
+           TPX_ASSIGN_OR_RETURN(Tensor z, ops::Add(up, up_bias));
+           TPX_ASSIGN_OR_RETURN(Tensor dx, ops::GeluBackward(up_grad, z));
+           return ops::SumTo(dx, {ffn}).status();
+         }},
+        {"layer_norm", h, [&] { return ops::LayerNorm(x, w, b, 1e-5).status(); }},
+        {"layer_norm_backward", h,
+         [&] {
+           return ops::LayerNormBackward(x_grad, x, ln.mean, ln.rstd, w, true, true, true)
+               .status();
+         }},
+        {"bias_grad_sum", h, [&] { return ops::SumTo(x_grad, {h}).status(); }},
+    };
+    for (int threads : {1, 2}) {
+      SetGemmThreads(threads);
+      for (const Op& op : all) {
+        TPX_ASSIGN_OR_RETURN(double us, MedianUs(reps, op.fn));
+        std::printf(
+            "{\"bench\":\"nn_kernels\",\"op\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,"
+            "\"rows\":%lld,\"h\":%lld,\"us\":%.1f,\"ns_per_element\":%.3f}\n",
+            op.name, std::string(DTypeName(dtype)).c_str(), threads,
+            static_cast<long long>(rows), static_cast<long long>(op.width), us,
+            us * 1e3 / static_cast<double>(rows * op.width));
+        std::fflush(stdout);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tpx
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status s = tpx::Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "nn_kernels: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
