@@ -1,15 +1,18 @@
 // CPU DeviceKernels: causal self-attention forward and backward
-// (core/attention.h), one task per (batch row, head) over the kernel
-// threads.
+// (core/attention.h). A task is one batch row and a group of its heads
+// (all of them when there are at least as many batch rows as threads);
+// tasks are split over the kernel threads.
 //
-// Each task reads its q, k and v columns straight from the [t, b, 3 * h * d]
-// projection (strided rows, no layout copies) and writes its ctx columns of
-// [t, b, h * d] (and its dq, dk, dv columns of the gradient) in place. Only
-// the causal part of every product is computed: score row block [i0, i0 + r)
-// needs keys below i0 + r (rounded up to 16 columns), P v and dS k reduce
-// over those keys only, and P^T dO and dS^T q over the queries from the
-// block's first row on. Arithmetic is f32 throughout (bf16/f16 operands are
-// widened into per-task scratch first), probabilities are kept in f32.
+// A task reads its q, k and v columns straight from the [t, b, 3 * h * d]
+// projection and writes its ctx columns of [t, b, h * d] (its dq, dk, dv
+// columns of the gradient): no layout copies of whole tensors. Time steps
+// are a whole row of qkv apart, so the task first packs its columns into
+// per-head f32 [t, d] blocks in one sequential pass (bf16/f16 widened on the
+// way) and writes its results back the same way. Only the causal part of
+// every product is computed: score row block [i0, i0 + r) needs keys below
+// i0 + r (rounded up to 16 columns), P v and dS k reduce over those keys
+// only, and P^T dO and dS^T q over the queries from the block's first row
+// on. Arithmetic and probabilities are f32.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
 // time, as core/small_gemm.cc does for whole products) or a portable loop.
@@ -62,30 +65,45 @@ struct Isa {
 // of the 32 zmm registers.
 constexpr int Avx512RowsFor(int64_t nv) { return nv == 1 ? 14 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
 
+// Every loop over the MR x NV accumulators is fully unrolled: a loop left
+// rolled makes GCC keep the array in memory and store it every step.
 template <int MR, int NV>
 __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
                                                           int64_t aps, const float* b,
                                                           int64_t ldb, float* c, int64_t ldc,
                                                           __mmask16 last) {
   __m512 acc[MR][NV];
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   for (int64_t p = 0; p < k; ++p) {
     __m512 bv[NV];
     const float* bp = b + p * ldb;
-    for (int v = 0; v + 1 < NV; ++v) bv[v] = _mm512_loadu_ps(bp + kLanes * v);
-    bv[NV - 1] = _mm512_maskz_loadu_ps(last, bp + kLanes * (NV - 1));
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
+                          : _mm512_loadu_ps(bp + kLanes * v);
+    }
     const float* ap = a + p * aps;
-#pragma GCC unroll 14
+#pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const __m512 av = _mm512_set1_ps(ap[r * ars]);
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
+#pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
-    for (int v = 0; v + 1 < NV; ++v) _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
-    _mm512_mask_storeu_ps(c + r * ldc + kLanes * (NV - 1), last, acc[r][NV - 1]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
+      } else {
+        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
+      }
+    }
   }
 }
 
@@ -193,32 +211,30 @@ TPX_VEC_INLINE float Sum8(int64_t n, F f) {
   return s;
 }
 
-// p[0..n) = softmax(scale * s[0..n)) for n >= 1, as ScaledSoftmax's row:
-// a NaN score makes the row NaN, a row of -inf gives 0s.
-TPX_VECTOR_CLONES void SoftmaxRow(const float* s, float* p, int64_t n, float scale) {
+// x[0..n) = softmax(scale * x[0..n)) in place (one pointer, so the loops
+// vectorise without an overlap check), n >= 1, as ScaledSoftmax's row: a
+// NaN score makes the row NaN (through the sum), a row of -inf gives 0s.
+TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t n, float scale) {
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  float m[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
-  bool nan = false;
+  float m[16];
+  std::fill_n(m, 16, kLowest);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) {
-      const float v = scale * s[i + j];
-      nan |= v != v;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      const float v = scale * x[i + j];
       m[j] = v > m[j] ? v : m[j];
     }
   }
   for (; i < n; ++i) {
-    const float v = scale * s[i];
-    nan |= v != v;
+    const float v = scale * x[i];
     m[0] = v > m[0] ? v : m[0];
   }
   float mx = m[0];
-  for (int j = 1; j < 8; ++j) mx = m[j] > mx ? m[j] : mx;
-  if (nan) mx = std::numeric_limits<float>::quiet_NaN();
+  for (int j = 1; j < 16; ++j) mx = m[j] > mx ? m[j] : mx;
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-  for (int64_t j = 0; j < n; ++j) p[j] = Exp(scale * s[j] - mx);
-  const float inv = 1.0f / Sum8(n, [p](int64_t j) { return p[j]; });
-  for (int64_t j = 0; j < n; ++j) p[j] *= inv;
+  for (int64_t j = 0; j < n; ++j) x[j] = Exp(scale * x[j] - mx);
+  const float inv = 1.0f / Sum8(n, [x](int64_t j) { return x[j]; });
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
 // ds[0..n) = scale * p * (dp - sum(p * dp)), in place over dp.
@@ -227,93 +243,101 @@ TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, 
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
 }
 
-// Where one (batch row, head) task finds its operands.
+// The shape of one call and how it is split into tasks: a task is one batch
+// row and a group of consecutive heads (all heads when there are enough
+// batch rows for the threads).
 struct Layout {
   int64_t t, b, heads, d;
-  int64_t qkv_ld() const { return b * 3 * heads * d; }  // between time steps in qkv
-  int64_t ctx_ld() const { return b * heads * d; }      // between time steps in ctx
-  // Offsets of the task's first q, k, v and ctx elements.
-  int64_t q_off(int64_t bi, int64_t h) const { return bi * 3 * heads * d + h * d; }
-  int64_t k_off(int64_t bi, int64_t h) const { return q_off(bi, h) + heads * d; }
-  int64_t v_off(int64_t bi, int64_t h) const { return q_off(bi, h) + 2 * heads * d; }
-  int64_t ctx_off(int64_t bi, int64_t h) const { return bi * heads * d + h * d; }
+  int64_t group;  // heads per task
+  Layout(int64_t t_, int64_t b_, int64_t heads_, int64_t d_)
+      : t(t_), b(b_), heads(heads_), d(d_) {
+    const int64_t threads = KernelThreads();
+    const int64_t groups = b >= threads ? 1 : std::min(heads, (threads + b - 1) / b);
+    group = (heads + groups - 1) / groups;
+  }
+  int64_t groups() const { return (heads + group - 1) / group; }
+  int64_t tasks() const { return b * groups(); }
 };
 
-// A [t, d] strided operand as f32 rows: the data itself for f32, else
-// widened into `scratch` (t * d floats).
+// Copies a task's columns between the strided [t, b, parts * heads * d]
+// layout and a packed f32 [parts][heads in group][t][d] block: every time
+// step's columns of the group are one contiguous run of the big tensor, so
+// it is read (or written) in one sequential pass instead of one strided
+// pass per head and operand.
 template <typename T>
-const float* AsF32(const T* x, int64_t ld, int64_t t, int64_t d, float* scratch, int64_t* ld_out) {
-  if constexpr (std::is_same_v<T, float>) {
-    *ld_out = ld;
-    return x;
-  } else {
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t j = 0; j < d; ++j) scratch[i * d + j] = Load(x[i * ld + j]);
+void Pack(const T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
+          float* packed) {
+  const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
+  for (int64_t i = 0; i < L.t; ++i) {
+    const T* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const T* src = row + (part * L.heads + h0 + h) * L.d;
+        float* dst = packed + (part * hn + h) * td + i * L.d;
+        for (int64_t j = 0; j < L.d; ++j) dst[j] = Load(src[j]);
+      }
     }
-    *ld_out = d;
-    return scratch;
+  }
+}
+
+template <typename T>
+void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+            int64_t hn, T* x) {
+  const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
+  for (int64_t i = 0; i < L.t; ++i) {
+    T* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* src = packed + (part * hn + h) * td + i * L.d;
+        T* dst = row + (part * L.heads + h0 + h) * L.d;
+        for (int64_t j = 0; j < L.d; ++j) dst[j] = StoreAs<T>(src[j]);
+      }
+    }
   }
 }
 
 // xt[d, tp] = x[t, d]^T, zero in columns [t, tp).
-template <typename T>
-void Transposed(const T* x, int64_t ld, int64_t t, int64_t d, int64_t tp, float* xt) {
-  for (int64_t j = 0; j < d; ++j) {
-    float* row = xt + j * tp;
-    for (int64_t i = 0; i < t; ++i) row[i] = Load(x[i * ld + j]);
-    std::fill(row + t, row + tp, 0.0f);
+void Transpose(const float* x, int64_t t, int64_t d, int64_t tp, float* xt) {
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * d + j];
   }
+  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, 0.0f);
 }
-
-// Where an f32 result of [t, d] goes: straight into out (f32), or into
-// scratch and then rounded into out.
-template <typename T>
-struct Output {
-  T* out;
-  int64_t ld;
-  float* scratch;
-  float* c() const {
-    if constexpr (std::is_same_v<T, float>) return out;
-    return scratch;
-  }
-  int64_t ldc(int64_t d) const { return std::is_same_v<T, float> ? ld : d; }
-  void Finish(int64_t t, int64_t d) const {
-    if constexpr (!std::is_same_v<T, float>) {
-      for (int64_t i = 0; i < t; ++i) {
-        for (int64_t j = 0; j < d; ++j) out[i * ld + j] = StoreAs<T>(scratch[i * d + j]);
-      }
-    }
-  }
-};
 
 template <typename T>
 void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
-  const int64_t tasks = L.b * L.heads;
-  ParallelFor(tasks, t * (t + 3 * d), [&](int64_t first, int64_t last) {
-    const bool widen = !std::is_same_v<T, float>;
-    std::vector<float> kt(d * tp), s(t * tp), own_probs(probs == nullptr ? t * t : 0);
-    std::vector<float> qf(widen ? t * d : 0), vf(widen ? t * d : 0), of(widen ? t * d : 0);
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
+    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(t * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.heads, h = task % L.heads;
-      float* pr = probs != nullptr ? probs + task * t * t : own_probs.data();
-      int64_t ldq = 0, ldv = 0;
-      const float* q = AsF32(qkv + L.q_off(bi, h), L.qkv_ld(), t, d, qf.data(), &ldq);
-      const float* v = AsF32(qkv + L.v_off(bi, h), L.qkv_ld(), t, d, vf.data(), &ldv);
-      Transposed(qkv + L.k_off(bi, h), L.qkv_ld(), t, d, tp, kt.data());
-      // S = q k^T, causal column blocks only.
-      RunProduct(isa, {.m = t, .n = tp, .k = d, .a = q, .ars = ldq, .aps = 1, .b = kt.data(),
-                       .ldb = tp, .c = s.data(), .ldc = tp, .causal_cols = true});
-      for (int64_t i = 0; i < t; ++i) {
-        SoftmaxRow(s.data() + i * tp, pr + i * t, i + 1, scale);
-        std::fill(pr + i * t + i + 1, pr + (i + 1) * t, 0.0f);
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* q = in.data() + h * td;
+        const float* v = in.data() + (2 * hn + h) * td;
+        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
+        // S = q k^T, causal column blocks only.
+        RunProduct(isa, {.m = t, .n = tp, .k = d, .a = q, .ars = d, .aps = 1, .b = kt.data(),
+                         .ldb = tp, .c = s.data(), .ldc = tp, .causal_cols = true});
+        // P in place over S: each row's softmax runs over whole vectors, the
+        // keys after the diagonal masked with -inf, and the rest of the row
+        // is zeroed for the product below.
+        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        for (int64_t i = 0; i < t; ++i) {
+          float* row = s.data() + i * tp;
+          const int64_t n = RoundUp(i + 1, kLanes);
+          std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
+          SoftmaxRow(row, n, scale);
+          std::fill(row + n, row + tp, 0.0f);
+          if (pr != nullptr) std::copy_n(row, t, pr + i * t);
+        }
+        // ctx = P v over the keys each row block sees.
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1, .b = v,
+                         .ldb = d, .c = out.data() + h * td, .ldc = d, .band = Band::kUpTo});
       }
-      // ctx = P v over the keys each row block sees.
-      Output<T> out{ctx + L.ctx_off(bi, h), L.ctx_ld(), of.data()};
-      RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = t, .aps = 1, .b = v, .ldb = ldv,
-                       .c = out.c(), .ldc = out.ldc(d), .band = Band::kUpTo});
-      out.Finish(t, d);
+      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -322,46 +346,44 @@ template <typename T>
 void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* probs, T* dqkv,
                        float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
-  const int64_t tasks = L.b * L.heads;
-  ParallelFor(tasks, t * (2 * t + 6 * d), [&](int64_t first, int64_t last) {
-    const bool widen = !std::is_same_v<T, float>;
-    std::vector<float> vt(d * tp), ds(t * tp);
-    std::vector<float> qf(widen ? t * d : 0), kf(widen ? t * d : 0), gf(widen ? t * d : 0),
-        of(widen ? t * d : 0);
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+    std::vector<float> in(3 * L.group * td), g(L.group * td), out(3 * L.group * td), vt(d * tp),
+        ds(t * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.heads, h = task % L.heads;
-      const float* pr = probs + task * t * t;
-      int64_t ldq = 0, ldk = 0, ldg = 0;
-      const float* q = AsF32(qkv + L.q_off(bi, h), L.qkv_ld(), t, d, qf.data(), &ldq);
-      const float* k = AsF32(qkv + L.k_off(bi, h), L.qkv_ld(), t, d, kf.data(), &ldk);
-      const float* g = AsF32(grad + L.ctx_off(bi, h), L.ctx_ld(), t, d, gf.data(), &ldg);
-      Transposed(qkv + L.v_off(bi, h), L.qkv_ld(), t, d, tp, vt.data());
-      // dP = dO v^T on the causal blocks, then dS = scale * P (dP - rowsum(P dP))
-      // in place, zero above the diagonal.
-      RunProduct(isa, {.m = t, .n = tp, .k = d, .a = g, .ars = ldg, .aps = 1, .b = vt.data(),
-                       .ldb = tp, .c = ds.data(), .ldc = tp, .causal_cols = true});
-      for (int64_t i = 0; i < t; ++i) {
-        float* row = ds.data() + i * tp;
-        SoftmaxBackwardRow(pr + i * t, row, i + 1, scale);
-        std::fill(row + i + 1, row + t, 0.0f);
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      Pack(grad, 1, L, bi, h0, hn, g.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* q = in.data() + h * td;
+        const float* k = in.data() + (hn + h) * td;
+        const float* go = g.data() + h * td;
+        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        Transpose(in.data() + (2 * hn + h) * td, t, d, tp, vt.data());
+        // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
+        // rowsum(P dP)) in place, zero after the diagonal.
+        RunProduct(isa, {.m = t, .n = tp, .k = d, .a = go, .ars = d, .aps = 1, .b = vt.data(),
+                         .ldb = tp, .c = ds.data(), .ldc = tp, .causal_cols = true});
+        for (int64_t i = 0; i < t; ++i) {
+          // Whole vectors where the row has them: P is 0 after the diagonal.
+          float* row = ds.data() + i * tp;
+          const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+          SoftmaxBackwardRow(pr + i * t, row, n, scale);
+          std::fill(row + n, row + t, 0.0f);
+        }
+        float* dq = out.data() + h * td;
+        float* dk = out.data() + (hn + h) * td;
+        float* dv = out.data() + (2 * hn + h) * td;
+        // dq = dS k, dk = dS^T q, dv = P^T dO.
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = tp, .aps = 1, .b = k,
+                         .ldb = d, .c = dq, .ldc = d, .band = Band::kUpTo});
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
+                         .ldb = d, .c = dk, .ldc = d, .band = Band::kFrom});
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go, .ldb = d,
+                         .c = dv, .ldc = d, .band = Band::kFrom});
       }
-      const int64_t ld = L.qkv_ld();
-      // dq = dS k.
-      Output<T> dq{dqkv + L.q_off(bi, h), ld, of.data()};
-      RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = tp, .aps = 1, .b = k,
-                       .ldb = ldk, .c = dq.c(), .ldc = dq.ldc(d), .band = Band::kUpTo});
-      dq.Finish(t, d);
-      // dk = dS^T q.
-      Output<T> dk{dqkv + L.k_off(bi, h), ld, of.data()};
-      RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
-                       .ldb = ldq, .c = dk.c(), .ldc = dk.ldc(d), .band = Band::kFrom});
-      dk.Finish(t, d);
-      // dv = P^T dO.
-      Output<T> dv{dqkv + L.v_off(bi, h), ld, of.data()};
-      RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = g, .ldb = ldg,
-                       .c = dv.c(), .ldc = dv.ldc(d), .band = Band::kFrom});
-      dv.Finish(t, d);
+      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
     }
   });
 }
@@ -372,7 +394,7 @@ absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tens
                                                    const Tensor& qkv, int64_t t, int64_t b,
                                                    int64_t heads, int64_t head_dim,
                                                    double scale) {
-  const Layout layout{t, b, heads, head_dim};
+  const Layout layout(t, b, heads, head_dim);
   float* pr = probs.defined() ? probs.data<float>() : nullptr;
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -386,7 +408,7 @@ absl::Status CpuDeviceKernels::CausalSelfAttentionBackward(const Tensor& dqkv,
                                                            const Tensor& qkv, const Tensor& probs,
                                                            int64_t t, int64_t b, int64_t heads,
                                                            int64_t head_dim, double scale) {
-  const Layout layout{t, b, heads, head_dim};
+  const Layout layout(t, b, heads, head_dim);
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionBackward<T>(layout, qkv.data<T>(), grad_ctx.data<T>(), probs.data<float>(),
