@@ -37,6 +37,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;    // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;  // columns per tile (four vectors)
+constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -179,17 +180,20 @@ struct Product {
   int64_t ldc;
   Band band = Band::kAll;
   bool causal_cols = false;
+  // The m rows are rows [row0, row0 + m) of a larger banded product (a and
+  // c point at row row0; p indexes B as in the larger product).
+  int64_t row0 = 0;
 };
 
 void RunProduct(const Isa& isa, const Product& p) {
   const int64_t groups = std::min<int64_t>((p.n + kLanes - 1) / kLanes, kMaxCols / kLanes);
   const int64_t mr = isa.rows_per_tile(std::max<int64_t>(groups, 1));
   for (int64_t r0 = 0; r0 < p.m; r0 += mr) {
-    const int64_t rows = std::min(mr, p.m - r0);
+    const int64_t rows = std::min(mr, p.m - r0), end = p.row0 + r0 + rows;
     int64_t p0 = 0, p1 = p.k;
-    if (p.band == Band::kUpTo) p1 = std::min(p.k, r0 + rows);
-    if (p.band == Band::kFrom) p0 = std::min(p.k, r0);
-    const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(r0 + rows, kLanes)) : p.n;
+    if (p.band == Band::kUpTo) p1 = std::min(p.k, end);
+    if (p.band == Band::kFrom) p0 = std::min(p.k, p.row0 + r0);
+    const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
       isa.tile(rows, std::min(kMaxCols, cols - c0), p1 - p0, p.a + r0 * p.ars + p0 * p.aps, p.ars,
                p.aps, p.b + p0 * p.ldb + c0, p.ldb, p.c + r0 * p.ldc + c0, p.ldc);
@@ -309,7 +313,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(t * tp);
+    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
       const int64_t hn = std::min(L.group, L.heads - h0);
@@ -317,25 +321,36 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
       for (int64_t h = 0; h < hn; ++h) {
         const float* q = in.data() + h * td;
         const float* v = in.data() + (2 * hn + h) * td;
-        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
-        // S = q k^T, causal column blocks only.
-        RunProduct(isa, {.m = t, .n = tp, .k = d, .a = q, .ars = d, .aps = 1, .b = kt.data(),
-                         .ldb = tp, .c = s.data(), .ldc = tp, .causal_cols = true});
-        // P in place over S: each row's softmax runs over whole vectors, the
-        // keys after the diagonal masked with -inf, and the rest of the row
-        // is zeroed for the product below.
+        float* o = out.data() + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        for (int64_t i = 0; i < t; ++i) {
-          float* row = s.data() + i * tp;
-          const int64_t n = RoundUp(i + 1, kLanes);
-          std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
-          SoftmaxRow(row, n, scale);
-          std::fill(row + n, row + tp, 0.0f);
-          if (pr != nullptr) std::copy_n(row, t, pr + i * t);
+        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
+        // Scores, probabilities and output a chunk of rows at a time, so the
+        // chunk's scores stay in L1 between the three steps.
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          // S = q k^T, causal column blocks only.
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * d, .ars = d, .aps = 1,
+                           .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+                           .causal_cols = true, .row0 = c0});
+          // P in place over S: each row's softmax runs over whole vectors,
+          // the keys after the diagonal masked with -inf, and the rest of the
+          // columns the product below reads is zeroed.
+          for (int64_t i = c0; i < c0 + rows; ++i) {
+            float* row = s.data() + (i - c0) * tp;
+            const int64_t n = RoundUp(i + 1, kLanes);
+            std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
+            SoftmaxRow(row, n, scale);
+            std::fill(row + n, row + std::max(n, std::min(t, c0 + rows)), 0.0f);
+            if (pr != nullptr) {
+              std::copy_n(row, std::min(n, t), pr + i * t);
+              std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
+            }
+          }
+          // ctx = P v over the keys each row block sees.
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
+                           .b = v, .ldb = d, .c = o + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .row0 = c0});
         }
-        // ctx = P v over the keys each row block sees.
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1, .b = v,
-                         .ldb = d, .c = out.data() + h * td, .ldc = d, .band = Band::kUpTo});
       }
       Unpack(out.data(), 1, L, bi, h0, hn, ctx);
     }
@@ -361,23 +376,30 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         const float* go = g.data() + h * td;
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
         Transpose(in.data() + (2 * hn + h) * td, t, d, tp, vt.data());
-        // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
-        // rowsum(P dP)) in place, zero after the diagonal.
-        RunProduct(isa, {.m = t, .n = tp, .k = d, .a = go, .ars = d, .aps = 1, .b = vt.data(),
-                         .ldb = tp, .c = ds.data(), .ldc = tp, .causal_cols = true});
-        for (int64_t i = 0; i < t; ++i) {
-          // Whole vectors where the row has them: P is 0 after the diagonal.
-          float* row = ds.data() + i * tp;
-          const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-          SoftmaxBackwardRow(pr + i * t, row, n, scale);
-          std::fill(row + n, row + t, 0.0f);
-        }
         float* dq = out.data() + h * td;
         float* dk = out.data() + (hn + h) * td;
         float* dv = out.data() + (2 * hn + h) * td;
-        // dq = dS k, dk = dS^T q, dv = P^T dO.
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = tp, .aps = 1, .b = k,
-                         .ldb = d, .c = dq, .ldc = d, .band = Band::kUpTo});
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          float* dsc = ds.data() + c0 * tp;
+          // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
+          // rowsum(P dP)) in place, zero after the diagonal.
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * d, .ars = d, .aps = 1,
+                           .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp, .causal_cols = true,
+                           .row0 = c0});
+          for (int64_t i = c0; i < c0 + rows; ++i) {
+            // Whole vectors where the row has them: P is 0 after the diagonal.
+            float* row = ds.data() + i * tp;
+            const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+            SoftmaxBackwardRow(pr + i * t, row, n, scale);
+            std::fill(row + n, row + t, 0.0f);
+          }
+          // dq = dS k.
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
+                           .ldb = d, .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .row0 = c0});
+        }
+        // dk = dS^T q, dv = P^T dO.
         RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
                          .ldb = d, .c = dk, .ldc = d, .band = Band::kFrom});
         RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go, .ldb = d,
