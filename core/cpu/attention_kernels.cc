@@ -15,7 +15,8 @@
 // on. Arithmetic and probabilities are f32.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
-// time, as core/small_gemm.cc does for whole products) or a portable loop.
+// time, as core/small_gemm.cc does for whole products) or a portable loop
+// (other CPUs, or TPX_ATTENTION_ISA=baseline).
 // The blocking depends only on t and head_dim, so results do not depend on
 // the thread count or on how many heads a rank holds.
 #include <immintrin.h>
@@ -23,7 +24,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -157,10 +160,16 @@ void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ar
 
 int PortableRowsPerTile(int64_t) { return 8; }
 
+// AVX-512 where the CPU has it, unless TPX_ATTENTION_ISA=baseline asks for
+// the portable tile (to test or compare it on an AVX-512 machine).
 const Isa& ActiveIsa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa{&Avx512TileAny, &Avx512RowsPerTile};
+    const char* forced = std::getenv("TPX_ATTENTION_ISA");
+    const bool baseline = forced != nullptr && std::string_view(forced) == "baseline";
+    if (!baseline && __builtin_cpu_supports("avx512f")) {
+      return Isa{&Avx512TileAny, &Avx512RowsPerTile};
+    }
     return Isa{&PortableTile, &PortableRowsPerTile};
   }();
   return isa;
