@@ -38,8 +38,8 @@
 namespace tpx::cpu {
 namespace {
 
-constexpr int64_t kLanes = 16;    // floats per AVX-512 vector
-constexpr int64_t kMaxCols = 64;  // columns per tile (four vectors)
+constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
+constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
 constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -53,7 +53,7 @@ enum class Band {
 };
 
 // C[rows, w] = op(A)[rows, k] B[k, w], f32 row-major, for rows <= the
-// ISA's RowsPerTile(ceil(w / 16)) and w <= kMaxCols. op(A)'s element (r, p)
+// ISA's rows_per_tile(ceil(w / 16)) and w <= kMaxCols. op(A)'s element (r, p)
 // is a[r * ars + p * aps]; B's rows are ldb apart.
 using TileFn = void (*)(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars,
                         int64_t aps, const float* b, int64_t ldb, float* c, int64_t ldc);
