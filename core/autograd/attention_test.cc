@@ -12,6 +12,7 @@
 #include "core/autograd/engine.h"
 #include "core/autograd/ops.h"
 #include "core/compare_testutil.h"
+#include "core/gemm.h"
 #include "core/ops.h"
 #include "gtest/gtest.h"
 #include "testing/gradcheck.h"
@@ -149,9 +150,13 @@ TEST_P(CausalSelfAttentionTest, F32MatchesDoubleReferenceAndComposedOps) {
   EXPECT_TRUE(TensorsClose(fused.dqkv, composed.dqkv, 1e-5, 1e-5));
 }
 
-// bf16 in and out, f32 inside: within bf16 rounding of the exact result
-// (relative 2^-8 per rounding, a few roundings of values of order one) and
-// of the composed bf16 ops, which also round the scores and probabilities.
+// bf16 in and out: within bf16 rounding of the exact result (relative 2^-8
+// per rounding, a few roundings of values of order one) and of the composed
+// bf16 ops, which also round the scores and probabilities. On CPUs with
+// AVX-512 BF16 the kernels round P and dS to bf16 before their products as
+// well: rounding every probability moves a ctx element by at most 2^-9 *
+// max|v| * sum(p) = 2^-8 (|v| <= 2), hence ctx's absolute 4e-3 (the f32
+// form, as TPX_ATTENTION_ISA=avx512 / baseline run it, stays within 1e-3).
 TEST_P(CausalSelfAttentionTest, Bf16WithinRoundingOfReference) {
   const Case c = GetParam();
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
@@ -163,7 +168,7 @@ TEST_P(CausalSelfAttentionTest, Bf16WithinRoundingOfReference) {
   EXPECT_EQ(fused.ctx.dtype(), DType::kBF16);
   EXPECT_EQ(fused.dqkv.dtype(), DType::kBF16);
   const Reference ref = Naive(c, Floats(qkv), Floats(g), scale);
-  EXPECT_TRUE(Close(Floats(fused.ctx), ref.ctx, 8e-3, 1e-3)) << "ctx";
+  EXPECT_TRUE(Close(Floats(fused.ctx), ref.ctx, 8e-3, 4e-3)) << "ctx";
   EXPECT_TRUE(Close(Floats(fused.dqkv), ref.dqkv, 8e-3, 1e-2)) << "dqkv";
   const Outputs composed = Evaluate(
       [&](const Variable& x) {
@@ -201,6 +206,29 @@ TEST_P(CausalSelfAttentionTest, ForwardWithoutProbsMatches) {
       }
       ASSERT_NEAR(sum, 1.0, 1e-5);
     }
+  }
+}
+
+// The kernels split the work by thread count (heads per task), never the
+// arithmetic: 1 and 3 threads give the same bits.
+TEST_P(CausalSelfAttentionTest, ResultsDoNotDependOnThreadCount) {
+  const Case c = GetParam();
+  const int threads = GemmThreads();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, dtype, 11, -2, 2);
+    const Tensor g = RandomTensor({c.t, c.b, c.heads * c.d}, dtype, 12);
+    auto run = [&](int n) {
+      SetGemmThreads(n);
+      return Evaluate(
+          [&](const Variable& x) { return ag::CausalSelfAttention(x, c.heads, c.d, 0.2); }, qkv,
+          g);
+    };
+    const Outputs one = run(1), three = run(3);
+    SetGemmThreads(threads);
+    ASSERT_TRUE(one.ctx.defined() && three.ctx.defined());
+    EXPECT_TRUE(TensorsClose(one.ctx, three.ctx, 0, 0));
+    EXPECT_TRUE(TensorsClose(one.dqkv, three.dqkv, 0, 0));
   }
 }
 

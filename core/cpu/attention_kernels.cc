@@ -12,11 +12,18 @@
 // every product is computed: score row block [i0, i0 + r) needs keys below
 // i0 + r (rounded up to 16 columns), P v and dS k reduce over those keys
 // only, and P^T dO and dS^T q over the queries from the block's first row
-// on. Arithmetic and probabilities are f32.
+// on. Softmax statistics, accumulation and the saved probabilities are f32.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
 // time, as core/small_gemm.cc does for whole products) or a portable loop
 // (other CPUs, or TPX_ATTENTION_ISA=baseline).
+//
+// bf16 on a CPU with AVX-512 BF16 takes a second form: operands stay bf16,
+// packed as pairs consecutive along the reduction index (one 32-bit word, as
+// vdpbf16ps multiplies them), P and dS are rounded to bf16 for the products
+// that consume them (as the composed bf16 ops do), and the tile accumulates
+// in f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
+// widened to f32 on packing and runs the f32 form.
 // The blocking depends only on t and head_dim, so results do not depend on
 // the thread count or on how many heads a rank holds.
 #include <immintrin.h>
@@ -58,9 +65,20 @@ enum class Band {
 using TileFn = void (*)(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars,
                         int64_t aps, const float* b, int64_t ldb, float* c, int64_t ldc);
 
+// Two bf16 values consecutive along a product's reduction index: the low
+// half is the even index.
+using Pair = uint32_t;
+
+// As TileFn on pairs: op(A)'s pair (r, pp) is a[r * ars + pp * aps], B's
+// pair row pp (reduction indices 2pp, 2pp + 1 of every column) is b[pp *
+// ldb + j], and kp counts pairs.
+using PairTileFn = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
+                            int64_t aps, const Pair* b, int64_t ldb, float* c, int64_t ldc);
+
 struct Isa {
   TileFn tile;
   int (*rows_per_tile)(int64_t vectors);
+  PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
 };
 
 // ---- AVX-512 ----
@@ -143,6 +161,76 @@ __attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, i
 
 int Avx512RowsPerTile(int64_t nv) { return Avx512RowsFor(nv); }
 
+// ---- AVX-512 BF16: the same tile on pairs, one vdpbf16ps per pair of
+// reduction steps (two products per f32 lane, f32 accumulation). Same
+// register budget as the f32 tile, so the same rows per tile.
+
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
+    int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, float* c,
+    int64_t ldc, __mmask16 last) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh bv[NV];
+    const Pair* bp = b + p * ldb;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
+                                     : _mm512_loadu_si512(bp + kLanes * v));
+    }
+    const Pair* ap = a + p * aps;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * ars]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
+      } else {
+        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
+      }
+    }
+  }
+}
+
+template <int NV, int R>
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
+    int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+  if constexpr (R >= 1) {
+    if (rows == R) {
+      Avx512Bf16Tile<R, NV>(kp, a, ars, aps, b, ldb, c, ldc, last);
+    } else {
+      Avx512Bf16Rows<NV, R - 1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16TileAny(
+    int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc) {
+  const int64_t nv = (w + kLanes - 1) / kLanes;
+  const int64_t tail = w - (nv - 1) * kLanes;
+  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+  switch (nv) {
+    case 1: return Avx512Bf16Rows<1, Avx512RowsFor(1)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512Bf16Rows<2, Avx512RowsFor(2)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512Bf16Rows<3, Avx512RowsFor(3)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512Bf16Rows<4, Avx512RowsFor(4)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+  }
+}
+
 // ---- Portable (the build's baseline ISA; auto-vectorised) ----
 
 void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars, int64_t aps,
@@ -160,14 +248,19 @@ void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ar
 
 int PortableRowsPerTile(int64_t) { return 8; }
 
-// AVX-512 where the CPU has it, unless TPX_ATTENTION_ISA=baseline asks for
-// the portable tile (to test or compare it on an AVX-512 machine).
+// AVX-512 (and the bf16 pair tile where the CPU has AVX-512 BF16) unless
+// TPX_ATTENTION_ISA asks for less, to test or compare the other forms on
+// the same machine: "avx512" (bf16 widened to f32) or "baseline" (the
+// portable tile for everything).
 const Isa& ActiveIsa() {
   static const Isa isa = [] {
     __builtin_cpu_init();
-    const char* forced = std::getenv("TPX_ATTENTION_ISA");
-    const bool baseline = forced != nullptr && std::string_view(forced) == "baseline";
-    if (!baseline && __builtin_cpu_supports("avx512f")) {
+    const char* env = std::getenv("TPX_ATTENTION_ISA");
+    const std::string_view forced = env != nullptr ? env : "";
+    if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
+      if (forced != "avx512" && __builtin_cpu_supports("avx512bf16")) {
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Bf16TileAny};
+      }
       return Isa{&Avx512TileAny, &Avx512RowsPerTile};
     }
     return Isa{&PortableTile, &PortableRowsPerTile};
@@ -178,12 +271,16 @@ const Isa& ActiveIsa() {
 // C[m, n] = op(A)[m, k] B[k, n] restricted to the band. With
 // `causal_cols`, row block [r0, r0 + rows) computes only the columns below
 // r0 + rows rounded up to 16 (the rest of its C rows is left as is; B must
-// have those columns: n a multiple of 16 there).
-struct Product {
+// have those columns: n a multiple of 16 there). W is float, or Pair: then
+// k counts bf16 elements (even), strides count pairs, and a band edge is
+// widened to whole pairs (op(A) must hold zeros there, as it does outside
+// the band).
+template <typename W>
+struct ProductOf {
   int64_t m, n, k;
-  const float* a;
+  const W* a;
   int64_t ars, aps;
-  const float* b;
+  const W* b;
   int64_t ldb;
   float* c;
   int64_t ldc;
@@ -193,21 +290,33 @@ struct Product {
   // c point at row row0; p indexes B as in the larger product).
   int64_t row0 = 0;
 };
+using Product = ProductOf<float>;
+using PairProduct = ProductOf<Pair>;
 
-void RunProduct(const Isa& isa, const Product& p) {
+template <typename W, typename Tile>
+void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<W>& p) {
+  constexpr int64_t kPer = std::is_same_v<W, Pair> ? 2 : 1;  // elements per word
   const int64_t groups = std::min<int64_t>((p.n + kLanes - 1) / kLanes, kMaxCols / kLanes);
-  const int64_t mr = isa.rows_per_tile(std::max<int64_t>(groups, 1));
+  const int64_t mr = rows_per_tile(std::max<int64_t>(groups, 1));
   for (int64_t r0 = 0; r0 < p.m; r0 += mr) {
     const int64_t rows = std::min(mr, p.m - r0), end = p.row0 + r0 + rows;
     int64_t p0 = 0, p1 = p.k;
-    if (p.band == Band::kUpTo) p1 = std::min(p.k, end);
-    if (p.band == Band::kFrom) p0 = std::min(p.k, p.row0 + r0);
+    if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, kPer));
+    if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / kPer * kPer);
     const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
-      isa.tile(rows, std::min(kMaxCols, cols - c0), p1 - p0, p.a + r0 * p.ars + p0 * p.aps, p.ars,
-               p.aps, p.b + p0 * p.ldb + c0, p.ldb, p.c + r0 * p.ldc + c0, p.ldc);
+      tile(rows, std::min(kMaxCols, cols - c0), (p1 - p0) / kPer,
+           p.a + r0 * p.ars + p0 / kPer * p.aps, p.ars, p.aps, p.b + p0 / kPer * p.ldb + c0,
+           p.ldb, p.c + r0 * p.ldc + c0, p.ldc);
     }
   }
+}
+
+void RunProduct(const Isa& isa, const Product& p) {
+  RunBandedProduct(isa.tile, isa.rows_per_tile, p);
+}
+void RunProduct(const Isa& isa, const PairProduct& p) {
+  RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
 // Sum of f(j) over j in [0, n) with eight partial sums, so the loop
@@ -254,6 +363,40 @@ TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t n, float scale) {
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float scale) {
   const float dot = Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
+}
+
+// P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
+// each row's softmax runs over whole vectors, the keys after the diagonal
+// masked with -inf, and the rest of the columns P v reads (up to the
+// chunk's end, rounded up to a pair) is zeroed. Copies P to pr ([t, t])
+// unless it is null.
+void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    float* row = s + (i - c0) * tp;
+    const int64_t n = RoundUp(i + 1, kLanes);
+    std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
+    SoftmaxRow(row, n, scale);
+    std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
+    if (pr != nullptr) {
+      std::copy_n(row, std::min(n, t), pr + i * t);
+      std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
+    }
+  }
+}
+
+// dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
+// rows) (ds: [rows, tp]), zero after the diagonal up to tp.
+void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
+                          float scale) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    // Whole vectors where the row has them: P is 0 after the diagonal.
+    float* row = ds + (i - c0) * tp;
+    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+    SoftmaxBackwardRow(pr + i * t, row, n, scale);
+    std::fill(row + n, row + tp, 0.0f);
+  }
 }
 
 // The shape of one call and how it is split into tasks: a task is one batch
@@ -310,11 +453,72 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
 }
 
 // xt[d, tp] = x[t, d]^T, zero in columns [t, tp).
-void Transpose(const float* x, int64_t t, int64_t d, int64_t tp, float* xt) {
+template <typename E>
+void Transpose(const E* x, int64_t t, int64_t d, int64_t tp, E* xt) {
   for (int64_t i = 0; i < t; ++i) {
     for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * d + j];
   }
-  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, 0.0f);
+  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// ---- bf16 pairs ----
+
+Pair MakePair(uint16_t lo, uint16_t hi) { return lo | Pair{hi} << 16; }
+uint16_t Half(Pair x, int64_t which) { return static_cast<uint16_t>(which ? x >> 16 : x); }
+
+// As Pack, into pairs along each row: per part and head a [tp, dw] block
+// of words (dw = ceil(d / 2)). The padding (rows [t, tp), an odd d's last
+// half) is never written: the caller zeroes the buffer once.
+void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
+               int64_t block, Pair* packed) {
+  const int64_t width = parts * L.heads * L.d, dw = (L.d + 1) / 2;
+  for (int64_t i = 0; i < L.t; ++i) {
+    const BF16* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const BF16* src = row + (part * L.heads + h0 + h) * L.d;
+        Pair* dst = packed + (part * hn + h) * block + i * dw;
+        for (int64_t j = 0; j < L.d / 2; ++j) dst[j] = MakePair(src[2 * j].bits, src[2 * j + 1].bits);
+        if (L.d % 2 != 0) dst[dw - 1] = MakePair(src[L.d - 1].bits, 0);
+      }
+    }
+  }
+}
+
+// Pairs along a row (x[n], n even) to pairs across rows: out[i][j] =
+// (x[2i][j], x[2i + 1][j]) for i < rows / 2, j < d, from x as PackPairs
+// lays it out ([rows, dw] words).
+void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair* out) {
+  for (int64_t i = 0; i < rows / 2; ++i) {
+    const Pair* lo = x + 2 * i * dw;
+    const Pair* hi = lo + dw;
+    for (int64_t j = 0; j < d; ++j) {
+      out[i * d + j] = MakePair(Half(lo[j / 2], j % 2), Half(hi[j / 2], j % 2));
+    }
+  }
+}
+
+// f32 rows rounded to bf16 pairs across rows: out[i][j] = (x[2i][j],
+// x[2i + 1][j]) for i < ceil(rows / 2), j < n; a missing last row is 0.
+void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
+                    int64_t ldo) {
+  for (int64_t i = 0; 2 * i < rows; ++i) {
+    const float* lo = x + 2 * i * ldx;
+    Pair* o = out + i * ldo;
+    if (2 * i + 1 < rows) {
+      const float* hi = lo + ldx;
+      for (int64_t j = 0; j < n; ++j) o[j] = MakePair(FloatToBF16(lo[j]), FloatToBF16(hi[j]));
+    } else {
+      for (int64_t j = 0; j < n; ++j) o[j] = MakePair(FloatToBF16(lo[j]), 0);
+    }
+  }
+}
+
+// An f32 row (n even) rounded to bf16 pairs along it.
+void RowPairs(const float* x, int64_t n, Pair* out) {
+  for (int64_t j = 0; j < n / 2; ++j) {
+    out[j] = MakePair(FloatToBF16(x[2 * j]), FloatToBF16(x[2 * j + 1]));
+  }
 }
 
 template <typename T>
@@ -341,20 +545,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * d, .ars = d, .aps = 1,
                            .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          // P in place over S: each row's softmax runs over whole vectors,
-          // the keys after the diagonal masked with -inf, and the rest of the
-          // columns the product below reads is zeroed.
-          for (int64_t i = c0; i < c0 + rows; ++i) {
-            float* row = s.data() + (i - c0) * tp;
-            const int64_t n = RoundUp(i + 1, kLanes);
-            std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
-            SoftmaxRow(row, n, scale);
-            std::fill(row + n, row + std::max(n, std::min(t, c0 + rows)), 0.0f);
-            if (pr != nullptr) {
-              std::copy_n(row, std::min(n, t), pr + i * t);
-              std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
-            }
-          }
+          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
           // ctx = P v over the keys each row block sees.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
                            .b = v, .ldb = d, .c = o + c0 * d, .ldc = d, .band = Band::kUpTo,
@@ -396,13 +587,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * d, .ars = d, .aps = 1,
                            .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp, .causal_cols = true,
                            .row0 = c0});
-          for (int64_t i = c0; i < c0 + rows; ++i) {
-            // Whole vectors where the row has them: P is 0 after the diagonal.
-            float* row = ds.data() + i * tp;
-            const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-            SoftmaxBackwardRow(pr + i * t, row, n, scale);
-            std::fill(row + n, row + t, 0.0f);
-          }
+          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
                            .ldb = d, .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
@@ -419,6 +604,103 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
   });
 }
 
+// The bf16 pair form of AttentionForward.
+void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* probs,
+                           float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
+  const int64_t block = tp * dw, td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
+    std::vector<Pair> in(3 * L.group * block), kt(dw * tp), vi(tp / 2 * d), p(kRowChunk * tp / 2);
+    std::vector<float> out(L.group * td), s(kRowChunk * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const Pair* q = in.data() + h * block;
+        float* o = out.data() + h * td;
+        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        Transpose(in.data() + (hn + h) * block, tp, dw, tp, kt.data());
+        InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
+                                      .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
+                                      .c = s.data(), .ldc = tp, .causal_cols = true,
+                                      .row0 = c0});
+          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          // P rounded to bf16 over the columns P v reads.
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
+            RowPairs(s.data() + i * tp, std::min(n, tp), p.data() + i * tp / 2);
+          }
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = p.data(), .ars = tp / 2,
+                                      .aps = 1, .b = vi.data(), .ldb = d, .c = o + c0 * d,
+                                      .ldc = d, .band = Band::kUpTo, .row0 = c0});
+        }
+      }
+      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+    }
+  });
+}
+
+// The bf16 pair form of AttentionBackward. dS and P are rounded to bf16
+// twice over: pairs along rows for dq = dS k, pairs across rows for the
+// transposed products dk = dS^T q and dv = P^T dO.
+void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
+                            const float* probs, BF16* dqkv, float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
+  const int64_t block = tp * dw, td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+    std::vector<Pair> in(3 * L.group * block), g(L.group * block), vt(dw * tp),
+        qi(tp / 2 * d), ki(tp / 2 * d), gi(tp / 2 * d), dsr(kRowChunk * tp / 2),
+        dsi(tp / 2 * tp), pi(tp / 2 * tp);
+    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
+      PackPairs(grad, 1, L, bi, h0, hn, block, g.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const Pair* go = g.data() + h * block;
+        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
+        InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
+        InterleavePairRows(go, tp, dw, d, gi.data());
+        Transpose(in.data() + (2 * hn + h) * block, tp, dw, tp, vt.data());
+        float* dq = out.data() + h * td;
+        float* dk = out.data() + (hn + h) * td;
+        float* dv = out.data() + (2 * hn + h) * td;
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
+                                      .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
+                                      .c = ds.data(), .ldc = tp, .causal_cols = true,
+                                      .row0 = c0});
+          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale);
+          // kRowChunk is even: a chunk holds whole row pairs.
+          for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, tp, dsr.data() + i * tp / 2);
+          InterleaveRows(ds.data(), tp, rows, tp, dsi.data() + c0 / 2 * tp, tp);
+          InterleaveRows(pr + c0 * t, t, rows, t, pi.data() + c0 / 2 * tp, tp);
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
+                                      .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
+                                      .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                                      .row0 = c0});
+        }
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = dsi.data(), .ars = 1,
+                                    .aps = tp, .b = qi.data(), .ldb = d, .c = dk, .ldc = d,
+                                    .band = Band::kFrom});
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = pi.data(), .ars = 1,
+                                    .aps = tp, .b = gi.data(), .ldb = d, .c = dv, .ldc = d,
+                                    .band = Band::kFrom});
+      }
+      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+    }
+  });
+}
+
 }  // namespace
 
 absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
@@ -427,6 +709,11 @@ absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tens
                                                    double scale) {
   const Layout layout(t, b, heads, head_dim);
   float* pr = probs.defined() ? probs.data<float>() : nullptr;
+  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
+    AttentionForwardPairs(layout, qkv.data<BF16>(), ctx.data<BF16>(), pr,
+                          static_cast<float>(scale));
+    return absl::OkStatus();
+  }
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionForward<T>(layout, qkv.data<T>(), ctx.data<T>(), pr, static_cast<float>(scale));
@@ -440,6 +727,11 @@ absl::Status CpuDeviceKernels::CausalSelfAttentionBackward(const Tensor& dqkv,
                                                            int64_t t, int64_t b, int64_t heads,
                                                            int64_t head_dim, double scale) {
   const Layout layout(t, b, heads, head_dim);
+  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
+    AttentionBackwardPairs(layout, qkv.data<BF16>(), grad_ctx.data<BF16>(), probs.data<float>(),
+                           dqkv.data<BF16>(), static_cast<float>(scale));
+    return absl::OkStatus();
+  }
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionBackward<T>(layout, qkv.data<T>(), grad_ctx.data<T>(), probs.data<float>(),
