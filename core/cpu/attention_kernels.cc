@@ -29,9 +29,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -463,8 +465,15 @@ void Transpose(const E* x, int64_t t, int64_t d, int64_t tp, E* xt) {
 
 // ---- bf16 pairs ----
 
-Pair MakePair(uint16_t lo, uint16_t hi) { return lo | Pair{hi} << 16; }
-uint16_t Half(Pair x, int64_t which) { return static_cast<uint16_t>(which ? x >> 16 : x); }
+// f32 rounded to bf16 as FloatToBF16 (nearest even, NaN kept and made
+// quiet), left in the high half of the word: 32-bit arithmetic only, so the
+// loops below vectorise.
+inline uint32_t Bf16High(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  return ((u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : rounded) & 0xffff0000u;
+}
+inline Pair RoundPair(float lo, float hi) { return Bf16High(lo) >> 16 | Bf16High(hi); }
 
 // As Pack, into pairs along each row: per part and head a [tp, dw] block
 // of words (dw = ceil(d / 2)). The padding (rows [t, tp), an odd d's last
@@ -478,8 +487,8 @@ void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_
       for (int64_t h = 0; h < hn; ++h) {
         const BF16* src = row + (part * L.heads + h0 + h) * L.d;
         Pair* dst = packed + (part * hn + h) * block + i * dw;
-        for (int64_t j = 0; j < L.d / 2; ++j) dst[j] = MakePair(src[2 * j].bits, src[2 * j + 1].bits);
-        if (L.d % 2 != 0) dst[dw - 1] = MakePair(src[L.d - 1].bits, 0);
+        // Two consecutive bf16 values are one little-endian pair already.
+        std::memcpy(dst, src, L.d * sizeof(BF16));
       }
     }
   }
@@ -492,9 +501,12 @@ void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair
   for (int64_t i = 0; i < rows / 2; ++i) {
     const Pair* lo = x + 2 * i * dw;
     const Pair* hi = lo + dw;
-    for (int64_t j = 0; j < d; ++j) {
-      out[i * d + j] = MakePair(Half(lo[j / 2], j % 2), Half(hi[j / 2], j % 2));
+    Pair* o = out + i * d;
+    for (int64_t j = 0; j < d / 2; ++j) {
+      o[2 * j] = (lo[j] & 0xffffu) | hi[j] << 16;
+      o[2 * j + 1] = lo[j] >> 16 | (hi[j] & 0xffff0000u);
     }
+    if (d % 2 != 0) o[d - 1] = (lo[dw - 1] & 0xffffu) | hi[dw - 1] << 16;
   }
 }
 
@@ -507,9 +519,9 @@ void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* 
     Pair* o = out + i * ldo;
     if (2 * i + 1 < rows) {
       const float* hi = lo + ldx;
-      for (int64_t j = 0; j < n; ++j) o[j] = MakePair(FloatToBF16(lo[j]), FloatToBF16(hi[j]));
+      for (int64_t j = 0; j < n; ++j) o[j] = RoundPair(lo[j], hi[j]);
     } else {
-      for (int64_t j = 0; j < n; ++j) o[j] = MakePair(FloatToBF16(lo[j]), 0);
+      for (int64_t j = 0; j < n; ++j) o[j] = Bf16High(lo[j]) >> 16;
     }
   }
 }
@@ -517,7 +529,7 @@ void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* 
 // An f32 row (n even) rounded to bf16 pairs along it.
 void RowPairs(const float* x, int64_t n, Pair* out) {
   for (int64_t j = 0; j < n / 2; ++j) {
-    out[j] = MakePair(FloatToBF16(x[2 * j]), FloatToBF16(x[2 * j + 1]));
+    out[j] = RoundPair(x[2 * j], x[2 * j + 1]);
   }
 }
 
@@ -680,10 +692,14 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
                                       .c = ds.data(), .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
           SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale);
-          // kRowChunk is even: a chunk holds whole row pairs.
-          for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, tp, dsr.data() + i * tp / 2);
-          InterleaveRows(ds.data(), tp, rows, tp, dsi.data() + c0 / 2 * tp, tp);
-          InterleaveRows(pr + c0 * t, t, rows, t, pi.data() + c0 / 2 * tp, tp);
+          // The chunk's rows are zero from column c0 + rows on: only the
+          // columns before it are rounded (the rest of dsi and pi is never
+          // written, so stays zero). kRowChunk is even: a chunk holds whole
+          // row pairs.
+          const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
+          for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, n, dsr.data() + i * tp / 2);
+          InterleaveRows(ds.data(), tp, rows, n, dsi.data() + c0 / 2 * tp, tp);
+          InterleaveRows(pr + c0 * t, t, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
           RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
                                       .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
                                       .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
