@@ -106,6 +106,17 @@ absl::Status DeviceKernels::DropoutAdd(const Tensor&, const Tensor&, const Tenso
   return NotOnThisDevice("DropoutAdd");
 }
 
+absl::Status DeviceKernels::CausalSelfAttention(const Tensor&, const Tensor&, const Tensor&,
+                                                int64_t, int64_t, int64_t, int64_t, double) {
+  return NotOnThisDevice("CausalSelfAttention");
+}
+
+absl::Status DeviceKernels::CausalSelfAttentionBackward(const Tensor&, const Tensor&,
+                                                        const Tensor&, const Tensor&, int64_t,
+                                                        int64_t, int64_t, int64_t, double) {
+  return NotOnThisDevice("CausalSelfAttentionBackward");
+}
+
 void RegisterDeviceKernels(DeviceType type, DeviceKernels* kernels) {
   DeviceKernels* expected = nullptr;
   TPX_CHECK(Registry()[static_cast<size_t>(type)].compare_exchange_strong(expected, kernels))

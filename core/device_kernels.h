@@ -194,6 +194,26 @@ class DeviceKernels {
                                    const void* a, int64_t lda, int64_t stride_a, const void* b,
                                    int64_t ldb, int64_t stride_b, float beta, DType c_dtype,
                                    void* c, int64_t ldc, int64_t stride_c);
+
+  // ---- Causal self-attention (core/attention.h). Same contract as the
+  // fused transformer kernels: the defaults return Unimplemented and the
+  // callers compose the math from Matmul and ScaledSoftmax. Every tensor is
+  // contiguous; qkv is [t, b, 3 * heads * head_dim] of a floating dtype whose
+  // last dim holds all heads' q, then all heads' k, then all heads' v (head
+  // h of q at columns [h * head_dim, (h + 1) * head_dim)). ----
+  // Per (batch row, head): ctx = P v with P = softmax(scale * q k^T), row i
+  // seeing keys j <= i. ctx is [t, b, heads * head_dim] of qkv's dtype;
+  // probs (f32 [b * heads, t, t], zero above the diagonal) receives P for
+  // the backward, or is undefined when not wanted.
+  virtual absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
+                                           const Tensor& qkv, int64_t t, int64_t b,
+                                           int64_t heads, int64_t head_dim, double scale);
+  // Its gradient: dqkv (qkv's shape and dtype) from grad_ctx (ctx's shape
+  // and dtype), qkv and the forward's probs.
+  virtual absl::Status CausalSelfAttentionBackward(const Tensor& dqkv, const Tensor& grad_ctx,
+                                                   const Tensor& qkv, const Tensor& probs,
+                                                   int64_t t, int64_t b, int64_t heads,
+                                                   int64_t head_dim, double scale);
 };
 
 // Makes `kernels` serve every device of `type` (a static object; called once

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/checkpoint.h"
+#include "core/autograd/attention.h"
 #include "core/autograd/grad_mode.h"
 #include "core/autograd/ops.h"
 #include "core/ops.h"
@@ -227,36 +228,19 @@ absl::StatusOr<Variable> GptModel::Attention(const Variable& qkv, int64_t t, int
                                              bool training) const {
   const int64_t hl = heads_per_rank_;
   const int64_t hd = config_.d_model / config_.n_heads;
-  TPX_ASSIGN_OR_RETURN(std::vector<Variable> parts, ag::Chunk(qkv, 3, -1));
-  // [T, B, Hl*hd] -> [B*Hl, T, hd]
-  auto heads = [&](const Variable& x) -> absl::StatusOr<Variable> {
-    TPX_ASSIGN_OR_RETURN(Variable r, ag::Reshape(x, {t, b, hl, hd}));
-    TPX_ASSIGN_OR_RETURN(r, ag::Permute(r, {1, 2, 0, 3}));
-    return ag::Reshape(r, {b * hl, t, hd});
-  };
-  TPX_ASSIGN_OR_RETURN(Variable q, heads(parts[0]));
-  TPX_ASSIGN_OR_RETURN(Variable k, heads(parts[1]));
-  TPX_ASSIGN_OR_RETURN(Variable v, heads(parts[2]));
-  // q k^T as a transposed-operand product: k's gradient is then dS^T q, a
-  // [T, T] x [T, hd] product, not the slow [hd, T] x [T, T] one plus a
-  // transposed copy.
-  TPX_ASSIGN_OR_RETURN(Variable scores, ag::Matmul(q, k, false, /*trans_b=*/true));
-  // Scale, causal mask and softmax in one pass.
-  TPX_ASSIGN_OR_RETURN(Variable probs,
-                       ag::ScaledSoftmax(scores, 1.0 / std::sqrt(static_cast<double>(hd)),
-                                         /*causal=*/true));
-  if (training && config_.dropout > 0) {
-    // This rank's heads are a slice of the full [B, H, T, T] probabilities.
-    TPX_ASSIGN_OR_RETURN(probs, ag::Reshape(probs, {b, hl, t, t}));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  if (!training || config_.dropout == 0) return ag::CausalSelfAttention(qkv, hl, hd, scale);
+  // Attention dropout needs the probabilities as a tensor of their own: the
+  // composed ops, with the mask drawn for this rank's heads as a slice of the
+  // full [B, H, T, T] probabilities, so it does not depend on the TP size.
+  auto dropout = [&](const Variable& probs) -> absl::StatusOr<Variable> {
+    TPX_ASSIGN_OR_RETURN(Variable p, ag::Reshape(probs, {b, hl, t, t}));
     rng::ShardSpec shard{{b, config_.n_heads, t, t}, 1, first_head_, hl};
     TPX_ASSIGN_OR_RETURN(rng::RngFork fork, rng::GetRngTracker().Fork());
-    TPX_ASSIGN_OR_RETURN(probs, rng::Dropout(probs, config_.dropout, training, &shard));
-    TPX_ASSIGN_OR_RETURN(probs, ag::Reshape(probs, {b * hl, t, t}));
-  }
-  TPX_ASSIGN_OR_RETURN(Variable ctx, ag::Matmul(probs, v));  // [B*Hl, T, hd]
-  TPX_ASSIGN_OR_RETURN(ctx, ag::Reshape(ctx, {b, hl, t, hd}));
-  TPX_ASSIGN_OR_RETURN(ctx, ag::Permute(ctx, {2, 0, 1, 3}));
-  return ag::Reshape(ctx, {t, b, hl * hd});
+    TPX_ASSIGN_OR_RETURN(p, rng::Dropout(p, config_.dropout, training, &shard));
+    return ag::Reshape(p, {b * hl, t, t});
+  };
+  return ag::ComposedCausalSelfAttention(qkv, hl, hd, scale, dropout);
 }
 
 absl::StatusOr<Variable> GptModel::BlockForward(const Block& blk, const Variable& x, int64_t t,

@@ -1,0 +1,311 @@
+// ag::CausalSelfAttention (fused kernels) against a double-precision
+// reference written here, against the composed ops, and against finite
+// differences; plus its argument errors.
+#include "core/autograd/attention.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/attention.h"
+#include "core/autograd/engine.h"
+#include "core/autograd/ops.h"
+#include "core/compare_testutil.h"
+#include "core/gemm.h"
+#include "core/ops.h"
+#include "gtest/gtest.h"
+#include "testing/gradcheck.h"
+
+namespace tpx {
+namespace {
+
+struct Case {
+  int64_t t, b, heads, d;
+  std::string Name() const { return absl::StrCat("t", t, "_b", b, "_h", heads, "_d", d); }
+};
+
+// Sizes around the kernel's blocks: t = 1, t not a multiple of 16 or of any
+// tile's rows, head_dim below, at and above one 16-float vector and above a
+// 64-column tile (80), and one that is not a multiple of 16 (24).
+const Case kCases[] = {
+    {1, 1, 1, 16},  {1, 3, 2, 32},  {5, 2, 3, 32},   {16, 1, 1, 64}, {17, 3, 2, 64},
+    {33, 1, 4, 80}, {20, 2, 1, 24}, {70, 1, 2, 16},  {128, 2, 4, 32}, {45, 2, 4, 48},
+};
+
+std::vector<float> Floats(const Tensor& t) { return t.To(DType::kF32)->ToVector<float>(); }
+
+struct Reference {
+  std::vector<double> ctx, dqkv;
+};
+
+// Attention per (batch row, head) in double from the f32 values of qkv and
+// of the upstream gradient g, straight from the definition.
+Reference Naive(const Case& c, const std::vector<float>& qkv, const std::vector<float>& g,
+                double scale) {
+  const int64_t t = c.t, d = c.d, hd = c.heads * d, row = c.b * 3 * hd;
+  Reference r{std::vector<double>(t * c.b * hd, 0.0), std::vector<double>(qkv.size(), 0.0)};
+  for (int64_t bi = 0; bi < c.b; ++bi) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      auto q = [&](int64_t i, int64_t j) { return double{qkv[i * row + bi * 3 * hd + h * d + j]}; };
+      auto k = [&](int64_t i, int64_t j) { return double{qkv[i * row + bi * 3 * hd + hd + h * d + j]}; };
+      auto v = [&](int64_t i, int64_t j) {
+        return double{qkv[i * row + bi * 3 * hd + 2 * hd + h * d + j]};
+      };
+      auto go = [&](int64_t i, int64_t j) { return double{g[i * c.b * hd + bi * hd + h * d + j]}; };
+      auto dq = [&](int64_t i, int64_t j) -> double& { return r.dqkv[i * row + bi * 3 * hd + h * d + j]; };
+      auto dk = [&](int64_t i, int64_t j) -> double& {
+        return r.dqkv[i * row + bi * 3 * hd + hd + h * d + j];
+      };
+      auto dv = [&](int64_t i, int64_t j) -> double& {
+        return r.dqkv[i * row + bi * 3 * hd + 2 * hd + h * d + j];
+      };
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> p(i + 1), dp(i + 1);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t e = 0; e < d; ++e) s += q(i, e) * k(j, e);
+          p[j] = scale * s;
+          mx = std::max(mx, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        for (int64_t j = 0; j <= i; ++j) p[j] /= sum;
+        double dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t e = 0; e < d; ++e) {
+            r.ctx[i * c.b * hd + bi * hd + h * d + e] += p[j] * v(j, e);
+            dp[j] += go(i, e) * v(j, e);
+            dv(j, e) += p[j] * go(i, e);
+          }
+          dot += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = scale * p[j] * (dp[j] - dot);
+          for (int64_t e = 0; e < d; ++e) {
+            dq(i, e) += ds * k(j, e);
+            dk(j, e) += ds * q(i, e);
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// Largest |actual - expected| - rtol * |expected| over the elements (<= atol passes).
+::testing::AssertionResult Close(const std::vector<float>& actual,
+                                 const std::vector<double>& expected, double rtol, double atol) {
+  if (actual.size() != expected.size()) {
+    return ::testing::AssertionFailure() << actual.size() << " vs " << expected.size();
+  }
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double err = std::abs(actual[i] - expected[i]);
+    if (!(err <= atol + rtol * std::abs(expected[i]))) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << actual[i] << " vs "
+                                           << expected[i] << " (error " << err << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct Outputs {
+  Tensor ctx, dqkv;
+};
+
+// ctx and d sum(ctx * g) / d qkv of one attention function.
+template <typename Fn>
+Outputs Evaluate(Fn attention, const Tensor& qkv, const Tensor& g) {
+  Variable x(qkv, /*requires_grad=*/true);
+  absl::StatusOr<Variable> ctx = attention(x);
+  EXPECT_TRUE(ctx.ok()) << ctx.status();
+  if (!ctx.ok()) return {};
+  absl::StatusOr<Variable> y = ag::Mul(*ctx, Variable(g));
+  absl::StatusOr<Variable> loss = ag::Sum(*y);
+  EXPECT_TRUE(loss.ok()) << loss.status();
+  absl::Status s = Backward(*loss);
+  EXPECT_TRUE(s.ok()) << s;
+  return {ctx->value(), x.grad()};
+}
+
+class CausalSelfAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CausalSelfAttentionTest, F32MatchesDoubleReferenceAndComposedOps) {
+  const Case c = GetParam();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, DType::kF32, 1, -2, 2);
+  const Tensor g = RandomTensor({c.t, c.b, c.heads * c.d}, DType::kF32, 2);
+  const Outputs fused = Evaluate(
+      [&](const Variable& x) { return ag::CausalSelfAttention(x, c.heads, c.d, scale); }, qkv, g);
+  const Outputs composed = Evaluate(
+      [&](const Variable& x) {
+        return ag::ComposedCausalSelfAttention(x, c.heads, c.d, scale);
+      },
+      qkv, g);
+  ASSERT_TRUE(fused.ctx.defined() && fused.dqkv.defined());
+  const Reference ref = Naive(c, Floats(qkv), Floats(g), scale);
+  EXPECT_TRUE(Close(Floats(fused.ctx), ref.ctx, 1e-5, 1e-5)) << "ctx";
+  EXPECT_TRUE(Close(Floats(fused.dqkv), ref.dqkv, 1e-5, 1e-5)) << "dqkv";
+  EXPECT_TRUE(TensorsClose(fused.ctx, composed.ctx, 1e-5, 1e-5));
+  EXPECT_TRUE(TensorsClose(fused.dqkv, composed.dqkv, 1e-5, 1e-5));
+}
+
+// bf16 in and out: within bf16 rounding of the exact result (relative 2^-8
+// per rounding, a few roundings of values of order one) and of the composed
+// bf16 ops, which also round the scores and probabilities. On CPUs with
+// AVX-512 BF16 the kernels round P and dS to bf16 before their products as
+// well: rounding every probability moves a ctx element by at most 2^-9 *
+// max|v| * sum(p) = 2^-8 (|v| <= 2), hence ctx's absolute 4e-3 (the f32
+// form, as TPX_ATTENTION_ISA=avx512 / baseline run it, stays within 1e-3).
+TEST_P(CausalSelfAttentionTest, Bf16WithinRoundingOfReference) {
+  const Case c = GetParam();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+  const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, DType::kBF16, 3, -2, 2);
+  const Tensor g = RandomTensor({c.t, c.b, c.heads * c.d}, DType::kBF16, 4);
+  const Outputs fused = Evaluate(
+      [&](const Variable& x) { return ag::CausalSelfAttention(x, c.heads, c.d, scale); }, qkv, g);
+  ASSERT_TRUE(fused.ctx.defined() && fused.dqkv.defined());
+  EXPECT_EQ(fused.ctx.dtype(), DType::kBF16);
+  EXPECT_EQ(fused.dqkv.dtype(), DType::kBF16);
+  const Reference ref = Naive(c, Floats(qkv), Floats(g), scale);
+  EXPECT_TRUE(Close(Floats(fused.ctx), ref.ctx, 8e-3, 4e-3)) << "ctx";
+  EXPECT_TRUE(Close(Floats(fused.dqkv), ref.dqkv, 8e-3, 1e-2)) << "dqkv";
+  const Outputs composed = Evaluate(
+      [&](const Variable& x) {
+        return ag::ComposedCausalSelfAttention(x, c.heads, c.d, scale);
+      },
+      qkv, g);
+  EXPECT_TRUE(TensorsClose(fused.ctx, composed.ctx, 3e-2, 3e-2));
+  EXPECT_TRUE(TensorsClose(fused.dqkv, composed.dqkv, 3e-2, 6e-2));
+}
+
+// Without gradients the op keeps no probabilities and gives the same ctx.
+TEST_P(CausalSelfAttentionTest, ForwardWithoutProbsMatches) {
+  const Case c = GetParam();
+  const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, DType::kF32, 5);
+  absl::StatusOr<ops::CausalSelfAttentionResult> kept =
+      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_probs=*/true);
+  absl::StatusOr<ops::CausalSelfAttentionResult> bare =
+      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_probs=*/false);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE(bare->probs.defined());
+  ASSERT_EQ(kept->probs.shape(), (Shape{c.b * c.heads, c.t, c.t}));
+  EXPECT_TRUE(TensorsClose(bare->ctx, kept->ctx, 0, 0));
+  // Rows of P sum to one and are zero above the diagonal.
+  const std::vector<float> p = Floats(kept->probs);
+  for (int64_t m = 0; m < c.b * c.heads; ++m) {
+    for (int64_t i = 0; i < c.t; ++i) {
+      double sum = 0;
+      for (int64_t j = 0; j < c.t; ++j) {
+        const float x = p[(m * c.t + i) * c.t + j];
+        if (j > i) {
+          ASSERT_EQ(x, 0.0f) << m << " " << i << " " << j;
+        }
+        sum += x;
+      }
+      ASSERT_NEAR(sum, 1.0, 1e-5);
+    }
+  }
+}
+
+// The kernels split the work by thread count (heads per task), never the
+// arithmetic: 1 and 3 threads give the same bits.
+TEST_P(CausalSelfAttentionTest, ResultsDoNotDependOnThreadCount) {
+  const Case c = GetParam();
+  const int threads = GemmThreads();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, dtype, 11, -2, 2);
+    const Tensor g = RandomTensor({c.t, c.b, c.heads * c.d}, dtype, 12);
+    auto run = [&](int n) {
+      SetGemmThreads(n);
+      return Evaluate(
+          [&](const Variable& x) { return ag::CausalSelfAttention(x, c.heads, c.d, 0.2); }, qkv,
+          g);
+    };
+    const Outputs one = run(1), three = run(3);
+    SetGemmThreads(threads);
+    ASSERT_TRUE(one.ctx.defined() && three.ctx.defined());
+    EXPECT_TRUE(TensorsClose(one.ctx, three.ctx, 0, 0));
+    EXPECT_TRUE(TensorsClose(one.dqkv, three.dqkv, 0, 0));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CausalSelfAttentionTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return info.param.Name(); });
+
+TEST(CausalSelfAttentionGradcheck, QkvGradientMatchesFiniteDifferences) {
+  for (const Case c : {Case{5, 2, 2, 16}, Case{1, 1, 1, 16}, Case{18, 1, 1, 24}}) {
+    SCOPED_TRACE(c.Name());
+    Variable qkv(RandomUniform({c.t, c.b, 3 * c.heads * c.d}, 7).value(), /*requires_grad=*/true);
+    absl::StatusOr<GradcheckResult> r = Gradcheck(
+        [&](absl::Span<const Variable> in) {
+          return ag::CausalSelfAttention(in[0], c.heads, c.d, 0.5);
+        },
+        {qkv});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->ok) << r->message;
+    EXPECT_EQ(r->checked, qkv.value().numel());
+  }
+}
+
+TEST(CausalSelfAttentionHook, ComposedFormAppliesTheHookToTheProbabilities) {
+  const Tensor qkv = RandomTensor({6, 2, 3 * 2 * 16}, DType::kF32, 8);
+  absl::StatusOr<Variable> plain = ag::ComposedCausalSelfAttention(Variable(qkv), 2, 16, 0.25);
+  absl::StatusOr<Variable> doubled = ag::ComposedCausalSelfAttention(
+      Variable(qkv), 2, 16, 0.25, [](const Variable& p) -> absl::StatusOr<Variable> {
+        EXPECT_EQ(p.shape(), (Shape{4, 6, 6}));
+        return ag::Scale(p, 2.0);
+      });
+  ASSERT_TRUE(plain.ok() && doubled.ok());
+  absl::StatusOr<Tensor> twice = ops::Scale(plain->value(), 2.0);
+  EXPECT_TRUE(TensorsClose(doubled->value(), *twice, 1e-6, 1e-6));
+}
+
+TEST(CausalSelfAttentionErrors, BadArgumentsAreInvalidArgument) {
+  const Tensor qkv = RandomTensor({4, 2, 96}, DType::kF32, 9);
+  auto message = [](const absl::Status& s) { return std::string(s.message()); };
+  // Last dim is not 3 * heads * head_dim.
+  absl::StatusOr<Variable> r = ag::CausalSelfAttention(Variable(qkv), 2, 32, 1.0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message(r.status()).find("3 * heads * head_dim"), std::string::npos) << r.status();
+  EXPECT_EQ(ag::CausalSelfAttention(Variable(qkv), 0, 32, 1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ag::CausalSelfAttention(Variable(), 2, 16, 1.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<Tensor> flat = qkv.Reshape({8, 96});
+  EXPECT_EQ(ops::CausalSelfAttention(*flat, 2, 16, 1.0, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const Tensor ints = *Tensor::Zeros({4, 2, 96}, DType::kI32);
+  EXPECT_EQ(ops::CausalSelfAttention(ints, 2, 16, 1.0, false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Backward: probs and grad_ctx of the wrong shape or dtype.
+  const Tensor g = RandomTensor({4, 2, 32}, DType::kF32, 10);
+  const Tensor probs = *Tensor::Zeros({4, 4, 4}, DType::kF32);
+  EXPECT_TRUE(ops::CausalSelfAttentionBackward(g, qkv, probs, 2, 16, 1.0).ok());
+  absl::StatusOr<Tensor> bad =
+      ops::CausalSelfAttentionBackward(g, qkv, *Tensor::Zeros({4, 4, 3}, DType::kF32), 2, 16, 1.0);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message(bad.status()).find("probs"), std::string::npos) << bad.status();
+  EXPECT_EQ(ops::CausalSelfAttentionBackward(g, qkv, *probs.To(DType::kBF16), 2, 16, 1.0)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = ops::CausalSelfAttentionBackward(*g.To(DType::kBF16), qkv, probs, 2, 16, 1.0);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(message(bad.status()).find("grad_ctx"), std::string::npos) << bad.status();
+}
+
+// An empty sequence or batch gives empty results, not a kernel call.
+TEST(CausalSelfAttentionEmpty, ZeroLengthIsEmpty) {
+  for (const Shape& shape : {Shape{0, 2, 48}, Shape{3, 0, 48}}) {
+    absl::StatusOr<ops::CausalSelfAttentionResult> r =
+        ops::CausalSelfAttention(*Tensor::Zeros(shape, DType::kF32), 1, 16, 1.0, true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->ctx.shape(), (Shape{shape[0], shape[1], 16}));
+  }
+}
+
+}  // namespace
+}  // namespace tpx

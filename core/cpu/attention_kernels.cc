@@ -1,0 +1,759 @@
+// CPU DeviceKernels: causal self-attention forward and backward
+// (core/attention.h). A task is one batch row and a group of its heads
+// (all of them when there are at least as many batch rows as threads);
+// tasks are split over the kernel threads.
+//
+// A task reads its q, k and v columns straight from the [t, b, 3 * h * d]
+// projection and writes its ctx columns of [t, b, h * d] (its dq, dk, dv
+// columns of the gradient): no layout copies of whole tensors. Time steps
+// are a whole row of qkv apart, so the task first packs its columns into
+// per-head f32 [t, d] blocks in one sequential pass (bf16/f16 widened on the
+// way) and writes its results back the same way. Only the causal part of
+// every product is computed: score row block [i0, i0 + r) needs keys below
+// i0 + r (rounded up to 16 columns), P v and dS k reduce over those keys
+// only, and P^T dO and dS^T q over the queries from the block's first row
+// on. Softmax statistics, accumulation and the saved probabilities are f32.
+//
+// The products run on one register-blocked tile (AVX-512, chosen at run
+// time, as core/small_gemm.cc does for whole products) or a portable loop
+// (other CPUs, or TPX_ATTENTION_ISA=baseline).
+//
+// bf16 on a CPU with AVX-512 BF16 takes a second form: operands stay bf16,
+// packed as pairs consecutive along the reduction index (one 32-bit word, as
+// vdpbf16ps multiplies them), P and dS are rounded to bf16 for the products
+// that consume them (as the composed bf16 ops do), and the tile accumulates
+// in f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
+// widened to f32 on packing and runs the f32 form.
+// The blocking depends only on t and head_dim, so results do not depend on
+// the thread count or on how many heads a rank holds.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/loops.h"
+#include "core/cpu/parallel.h"
+#include "core/cpu/vec_math.h"
+
+namespace tpx::cpu {
+namespace {
+
+constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
+constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
+constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Which reduction indices p row block [r0, r0 + rows) of a product uses,
+// given that op(A) is zero outside them (causal P and dS).
+enum class Band {
+  kAll,
+  kUpTo,  // p < r0 + rows: A's row r is zero beyond column r
+  kFrom,  // p >= r0: A's row r is zero before column r
+};
+
+// C[rows, w] = op(A)[rows, k] B[k, w], f32 row-major, for rows <= the
+// ISA's rows_per_tile(ceil(w / 16)) and w <= kMaxCols. op(A)'s element (r, p)
+// is a[r * ars + p * aps]; B's rows are ldb apart.
+using TileFn = void (*)(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars,
+                        int64_t aps, const float* b, int64_t ldb, float* c, int64_t ldc);
+
+// Two bf16 values consecutive along a product's reduction index: the low
+// half is the even index.
+using Pair = uint32_t;
+
+// As TileFn on pairs: op(A)'s pair (r, pp) is a[r * ars + pp * aps], B's
+// pair row pp (reduction indices 2pp, 2pp + 1 of every column) is b[pp *
+// ldb + j], and kp counts pairs.
+using PairTileFn = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
+                            int64_t aps, const Pair* b, int64_t ldb, float* c, int64_t ldc);
+
+struct Isa {
+  TileFn tile;
+  int (*rows_per_tile)(int64_t vectors);
+  PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
+};
+
+// ---- AVX-512 ----
+
+// Rows per tile for NV vectors per row: NV * MR accumulators in at most 28
+// of the 32 zmm registers.
+constexpr int Avx512RowsFor(int64_t nv) { return nv == 1 ? 14 : nv == 2 ? 12 : nv == 3 ? 8 : 6; }
+
+// Every loop over the MR x NV accumulators is fully unrolled: a loop left
+// rolled makes GCC keep the array in memory and store it every step.
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
+                                                          int64_t aps, const float* b,
+                                                          int64_t ldb, float* c, int64_t ldc,
+                                                          __mmask16 last) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < k; ++p) {
+    __m512 bv[NV];
+    const float* bp = b + p * ldb;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
+                          : _mm512_loadu_ps(bp + kLanes * v);
+    }
+    const float* ap = a + p * aps;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 av = _mm512_set1_ps(ap[r * ars]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
+      } else {
+        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
+      }
+    }
+  }
+}
+
+// Picks the tile for `rows` (1 .. R) rows at compile time.
+template <int NV, int R>
+__attribute__((target("avx512f"))) void Avx512Rows(int64_t rows, int64_t k, const float* a,
+                                                   int64_t ars, int64_t aps, const float* b,
+                                                   int64_t ldb, float* c, int64_t ldc,
+                                                   __mmask16 last) {
+  if constexpr (R >= 1) {
+    if (rows == R) {
+      Avx512Tile<R, NV>(k, a, ars, aps, b, ldb, c, ldc, last);
+    } else {
+      Avx512Rows<NV, R - 1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    }
+  }
+}
+
+__attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, int64_t k,
+                                                      const float* a, int64_t ars, int64_t aps,
+                                                      const float* b, int64_t ldb, float* c,
+                                                      int64_t ldc) {
+  const int64_t nv = (w + kLanes - 1) / kLanes;
+  const int64_t tail = w - (nv - 1) * kLanes;
+  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+  switch (nv) {
+    case 1: return Avx512Rows<1, Avx512RowsFor(1)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512Rows<2, Avx512RowsFor(2)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512Rows<3, Avx512RowsFor(3)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512Rows<4, Avx512RowsFor(4)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+  }
+}
+
+int Avx512RowsPerTile(int64_t nv) { return Avx512RowsFor(nv); }
+
+// ---- AVX-512 BF16: the same tile on pairs, one vdpbf16ps per pair of
+// reduction steps (two products per f32 lane, f32 accumulation). Same
+// register budget as the f32 tile, so the same rows per tile.
+
+template <int MR, int NV>
+__attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
+    int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, float* c,
+    int64_t ldc, __mmask16 last) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh bv[NV];
+    const Pair* bp = b + p * ldb;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      bv[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
+                                     : _mm512_loadu_si512(bp + kLanes * v));
+    }
+    const Pair* ap = a + p * aps;
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * ars]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      if (v == NV - 1) {
+        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
+      } else {
+        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
+      }
+    }
+  }
+}
+
+template <int NV, int R>
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
+    int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+  if constexpr (R >= 1) {
+    if (rows == R) {
+      Avx512Bf16Tile<R, NV>(kp, a, ars, aps, b, ldb, c, ldc, last);
+    } else {
+      Avx512Bf16Rows<NV, R - 1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    }
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16TileAny(
+    int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc) {
+  const int64_t nv = (w + kLanes - 1) / kLanes;
+  const int64_t tail = w - (nv - 1) * kLanes;
+  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+  switch (nv) {
+    case 1: return Avx512Bf16Rows<1, Avx512RowsFor(1)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512Bf16Rows<2, Avx512RowsFor(2)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512Bf16Rows<3, Avx512RowsFor(3)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512Bf16Rows<4, Avx512RowsFor(4)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+  }
+}
+
+// ---- Portable (the build's baseline ISA; auto-vectorised) ----
+
+void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars, int64_t aps,
+                  const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float acc[kMaxCols] = {};
+    for (int64_t p = 0; p < k; ++p) {
+      const float av = a[r * ars + p * aps];
+      const float* bp = b + p * ldb;
+      for (int64_t j = 0; j < w; ++j) acc[j] += av * bp[j];
+    }
+    std::copy_n(acc, w, c + r * ldc);
+  }
+}
+
+int PortableRowsPerTile(int64_t) { return 8; }
+
+// AVX-512 (and the bf16 pair tile where the CPU has AVX-512 BF16) unless
+// TPX_ATTENTION_ISA asks for less, to test or compare the other forms on
+// the same machine: "avx512" (bf16 widened to f32) or "baseline" (the
+// portable tile for everything).
+const Isa& ActiveIsa() {
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    const char* env = std::getenv("TPX_ATTENTION_ISA");
+    const std::string_view forced = env != nullptr ? env : "";
+    if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
+      if (forced != "avx512" && __builtin_cpu_supports("avx512bf16")) {
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Bf16TileAny};
+      }
+      return Isa{&Avx512TileAny, &Avx512RowsPerTile};
+    }
+    return Isa{&PortableTile, &PortableRowsPerTile};
+  }();
+  return isa;
+}
+
+// C[m, n] = op(A)[m, k] B[k, n] restricted to the band. With
+// `causal_cols`, row block [r0, r0 + rows) computes only the columns below
+// r0 + rows rounded up to 16 (the rest of its C rows is left as is; B must
+// have those columns: n a multiple of 16 there). W is float, or Pair: then
+// k counts bf16 elements (even), strides count pairs, and a band edge is
+// widened to whole pairs (op(A) must hold zeros there, as it does outside
+// the band).
+template <typename W>
+struct ProductOf {
+  int64_t m, n, k;
+  const W* a;
+  int64_t ars, aps;
+  const W* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  Band band = Band::kAll;
+  bool causal_cols = false;
+  // The m rows are rows [row0, row0 + m) of a larger banded product (a and
+  // c point at row row0; p indexes B as in the larger product).
+  int64_t row0 = 0;
+};
+using Product = ProductOf<float>;
+using PairProduct = ProductOf<Pair>;
+
+template <typename W, typename Tile>
+void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<W>& p) {
+  constexpr int64_t kPer = std::is_same_v<W, Pair> ? 2 : 1;  // elements per word
+  const int64_t groups = std::min<int64_t>((p.n + kLanes - 1) / kLanes, kMaxCols / kLanes);
+  const int64_t mr = rows_per_tile(std::max<int64_t>(groups, 1));
+  for (int64_t r0 = 0; r0 < p.m; r0 += mr) {
+    const int64_t rows = std::min(mr, p.m - r0), end = p.row0 + r0 + rows;
+    int64_t p0 = 0, p1 = p.k;
+    if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, kPer));
+    if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / kPer * kPer);
+    const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
+    for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
+      tile(rows, std::min(kMaxCols, cols - c0), (p1 - p0) / kPer,
+           p.a + r0 * p.ars + p0 / kPer * p.aps, p.ars, p.aps, p.b + p0 / kPer * p.ldb + c0,
+           p.ldb, p.c + r0 * p.ldc + c0, p.ldc);
+    }
+  }
+}
+
+void RunProduct(const Isa& isa, const Product& p) {
+  RunBandedProduct(isa.tile, isa.rows_per_tile, p);
+}
+void RunProduct(const Isa& isa, const PairProduct& p) {
+  RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
+}
+
+// Sum of f(j) over j in [0, n) with eight partial sums, so the loop
+// vectorises without reassociation flags (as core/cpu/nn_kernels.cc).
+template <typename F>
+TPX_VEC_INLINE float Sum8(int64_t n, F f) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += f(i + j);
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += f(i);
+  return s;
+}
+
+// x[0..n) = softmax(scale * x[0..n)) in place (one pointer, so the loops
+// vectorise without an overlap check), n >= 1, as ScaledSoftmax's row: a
+// NaN score makes the row NaN (through the sum), a row of -inf gives 0s.
+TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t n, float scale) {
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float m[16];
+  std::fill_n(m, 16, kLowest);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) {
+      const float v = scale * x[i + j];
+      m[j] = v > m[j] ? v : m[j];
+    }
+  }
+  for (; i < n; ++i) {
+    const float v = scale * x[i];
+    m[0] = v > m[0] ? v : m[0];
+  }
+  float mx = m[0];
+  for (int j = 1; j < 16; ++j) mx = m[j] > mx ? m[j] : mx;
+  if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
+  for (int64_t j = 0; j < n; ++j) x[j] = Exp(scale * x[j] - mx);
+  const float inv = 1.0f / Sum8(n, [x](int64_t j) { return x[j]; });
+  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+}
+
+// ds[0..n) = scale * p * (dp - sum(p * dp)), in place over dp.
+TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float scale) {
+  const float dot = Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
+  for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
+}
+
+// P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
+// each row's softmax runs over whole vectors, the keys after the diagonal
+// masked with -inf, and the rest of the columns P v reads (up to the
+// chunk's end, rounded up to a pair) is zeroed. Copies P to pr ([t, t])
+// unless it is null.
+void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    float* row = s + (i - c0) * tp;
+    const int64_t n = RoundUp(i + 1, kLanes);
+    std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
+    SoftmaxRow(row, n, scale);
+    std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
+    if (pr != nullptr) {
+      std::copy_n(row, std::min(n, t), pr + i * t);
+      std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
+    }
+  }
+}
+
+// dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
+// rows) (ds: [rows, tp]), zero after the diagonal up to tp.
+void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
+                          float scale) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    // Whole vectors where the row has them: P is 0 after the diagonal.
+    float* row = ds + (i - c0) * tp;
+    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+    SoftmaxBackwardRow(pr + i * t, row, n, scale);
+    std::fill(row + n, row + tp, 0.0f);
+  }
+}
+
+// The shape of one call and how it is split into tasks: a task is one batch
+// row and a group of consecutive heads (all heads when there are enough
+// batch rows for the threads).
+struct Layout {
+  int64_t t, b, heads, d;
+  int64_t group;  // heads per task
+  Layout(int64_t t_, int64_t b_, int64_t heads_, int64_t d_)
+      : t(t_), b(b_), heads(heads_), d(d_) {
+    const int64_t threads = KernelThreads();
+    const int64_t groups = b >= threads ? 1 : std::min(heads, (threads + b - 1) / b);
+    group = (heads + groups - 1) / groups;
+  }
+  int64_t groups() const { return (heads + group - 1) / group; }
+  int64_t tasks() const { return b * groups(); }
+};
+
+// Copies a task's columns between the strided [t, b, parts * heads * d]
+// layout and a packed f32 [parts][heads in group][t][d] block: every time
+// step's columns of the group are one contiguous run of the big tensor, so
+// it is read (or written) in one sequential pass instead of one strided
+// pass per head and operand.
+template <typename T>
+void Pack(const T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
+          float* packed) {
+  const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
+  for (int64_t i = 0; i < L.t; ++i) {
+    const T* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const T* src = row + (part * L.heads + h0 + h) * L.d;
+        float* dst = packed + (part * hn + h) * td + i * L.d;
+        for (int64_t j = 0; j < L.d; ++j) dst[j] = Load(src[j]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+            int64_t hn, T* x) {
+  const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
+  for (int64_t i = 0; i < L.t; ++i) {
+    T* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* src = packed + (part * hn + h) * td + i * L.d;
+        T* dst = row + (part * L.heads + h0 + h) * L.d;
+        for (int64_t j = 0; j < L.d; ++j) dst[j] = StoreAs<T>(src[j]);
+      }
+    }
+  }
+}
+
+// xt[d, tp] = x[t, d]^T, zero in columns [t, tp).
+template <typename E>
+void Transpose(const E* x, int64_t t, int64_t d, int64_t tp, E* xt) {
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * d + j];
+  }
+  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// ---- bf16 pairs ----
+
+// f32 rounded to bf16 as FloatToBF16 (nearest even, NaN kept and made
+// quiet), left in the high half of the word: 32-bit arithmetic only, so the
+// loops below vectorise.
+inline uint32_t Bf16High(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
+  return ((u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : rounded) & 0xffff0000u;
+}
+inline Pair RoundPair(float lo, float hi) { return Bf16High(lo) >> 16 | Bf16High(hi); }
+
+// As Pack, into pairs along each row: per part and head a [tp, dw] block
+// of words (dw = ceil(d / 2)). The padding (rows [t, tp), an odd d's last
+// half) is never written: the caller zeroes the buffer once.
+void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
+               int64_t block, Pair* packed) {
+  const int64_t width = parts * L.heads * L.d, dw = (L.d + 1) / 2;
+  for (int64_t i = 0; i < L.t; ++i) {
+    const BF16* row = x + (i * L.b + bi) * width;
+    for (int64_t part = 0; part < parts; ++part) {
+      for (int64_t h = 0; h < hn; ++h) {
+        const BF16* src = row + (part * L.heads + h0 + h) * L.d;
+        Pair* dst = packed + (part * hn + h) * block + i * dw;
+        // Two consecutive bf16 values are one little-endian pair already.
+        std::memcpy(dst, src, L.d * sizeof(BF16));
+      }
+    }
+  }
+}
+
+// Pairs along a row (x[n], n even) to pairs across rows: out[i][j] =
+// (x[2i][j], x[2i + 1][j]) for i < rows / 2, j < d, from x as PackPairs
+// lays it out ([rows, dw] words).
+void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair* out) {
+  for (int64_t i = 0; i < rows / 2; ++i) {
+    const Pair* lo = x + 2 * i * dw;
+    const Pair* hi = lo + dw;
+    Pair* o = out + i * d;
+    for (int64_t j = 0; j < d / 2; ++j) {
+      o[2 * j] = (lo[j] & 0xffffu) | hi[j] << 16;
+      o[2 * j + 1] = lo[j] >> 16 | (hi[j] & 0xffff0000u);
+    }
+    if (d % 2 != 0) o[d - 1] = (lo[dw - 1] & 0xffffu) | hi[dw - 1] << 16;
+  }
+}
+
+// f32 rows rounded to bf16 pairs across rows: out[i][j] = (x[2i][j],
+// x[2i + 1][j]) for i < ceil(rows / 2), j < n; a missing last row is 0.
+void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
+                    int64_t ldo) {
+  for (int64_t i = 0; 2 * i < rows; ++i) {
+    const float* lo = x + 2 * i * ldx;
+    Pair* o = out + i * ldo;
+    if (2 * i + 1 < rows) {
+      const float* hi = lo + ldx;
+      for (int64_t j = 0; j < n; ++j) o[j] = RoundPair(lo[j], hi[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) o[j] = Bf16High(lo[j]) >> 16;
+    }
+  }
+}
+
+// An f32 row (n even) rounded to bf16 pairs along it.
+void RowPairs(const float* x, int64_t n, Pair* out) {
+  for (int64_t j = 0; j < n / 2; ++j) {
+    out[j] = RoundPair(x[2 * j], x[2 * j + 1]);
+  }
+}
+
+template <typename T>
+void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
+    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(kRowChunk * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* q = in.data() + h * td;
+        const float* v = in.data() + (2 * hn + h) * td;
+        float* o = out.data() + h * td;
+        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
+        // Scores, probabilities and output a chunk of rows at a time, so the
+        // chunk's scores stay in L1 between the three steps.
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          // S = q k^T, causal column blocks only.
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * d, .ars = d, .aps = 1,
+                           .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+                           .causal_cols = true, .row0 = c0});
+          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          // ctx = P v over the keys each row block sees.
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
+                           .b = v, .ldb = d, .c = o + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .row0 = c0});
+        }
+      }
+      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+    }
+  });
+}
+
+template <typename T>
+void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* probs, T* dqkv,
+                       float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+    std::vector<float> in(3 * L.group * td), g(L.group * td), out(3 * L.group * td), vt(d * tp),
+        ds(t * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      Pack(grad, 1, L, bi, h0, hn, g.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const float* q = in.data() + h * td;
+        const float* k = in.data() + (hn + h) * td;
+        const float* go = g.data() + h * td;
+        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        Transpose(in.data() + (2 * hn + h) * td, t, d, tp, vt.data());
+        float* dq = out.data() + h * td;
+        float* dk = out.data() + (hn + h) * td;
+        float* dv = out.data() + (2 * hn + h) * td;
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          float* dsc = ds.data() + c0 * tp;
+          // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
+          // rowsum(P dP)) in place, zero after the diagonal.
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * d, .ars = d, .aps = 1,
+                           .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp, .causal_cols = true,
+                           .row0 = c0});
+          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
+          // dq = dS k.
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
+                           .ldb = d, .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .row0 = c0});
+        }
+        // dk = dS^T q, dv = P^T dO.
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
+                         .ldb = d, .c = dk, .ldc = d, .band = Band::kFrom});
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go, .ldb = d,
+                         .c = dv, .ldc = d, .band = Band::kFrom});
+      }
+      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+    }
+  });
+}
+
+// The bf16 pair form of AttentionForward.
+void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* probs,
+                           float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
+  const int64_t block = tp * dw, td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
+    std::vector<Pair> in(3 * L.group * block), kt(dw * tp), vi(tp / 2 * d), p(kRowChunk * tp / 2);
+    std::vector<float> out(L.group * td), s(kRowChunk * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const Pair* q = in.data() + h * block;
+        float* o = out.data() + h * td;
+        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        Transpose(in.data() + (hn + h) * block, tp, dw, tp, kt.data());
+        InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
+                                      .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
+                                      .c = s.data(), .ldc = tp, .causal_cols = true,
+                                      .row0 = c0});
+          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          // P rounded to bf16 over the columns P v reads.
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
+            RowPairs(s.data() + i * tp, std::min(n, tp), p.data() + i * tp / 2);
+          }
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = p.data(), .ars = tp / 2,
+                                      .aps = 1, .b = vi.data(), .ldb = d, .c = o + c0 * d,
+                                      .ldc = d, .band = Band::kUpTo, .row0 = c0});
+        }
+      }
+      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+    }
+  });
+}
+
+// The bf16 pair form of AttentionBackward. dS and P are rounded to bf16
+// twice over: pairs along rows for dq = dS k, pairs across rows for the
+// transposed products dk = dS^T q and dv = P^T dO.
+void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
+                            const float* probs, BF16* dqkv, float scale) {
+  const Isa& isa = ActiveIsa();
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
+  const int64_t block = tp * dw, td = t * d;
+  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+    std::vector<Pair> in(3 * L.group * block), g(L.group * block), vt(dw * tp),
+        qi(tp / 2 * d), ki(tp / 2 * d), gi(tp / 2 * d), dsr(kRowChunk * tp / 2),
+        dsi(tp / 2 * tp), pi(tp / 2 * tp);
+    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
+    for (int64_t task = first; task < last; ++task) {
+      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
+      const int64_t hn = std::min(L.group, L.heads - h0);
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
+      PackPairs(grad, 1, L, bi, h0, hn, block, g.data());
+      for (int64_t h = 0; h < hn; ++h) {
+        const Pair* go = g.data() + h * block;
+        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
+        InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
+        InterleavePairRows(go, tp, dw, d, gi.data());
+        Transpose(in.data() + (2 * hn + h) * block, tp, dw, tp, vt.data());
+        float* dq = out.data() + h * td;
+        float* dk = out.data() + (hn + h) * td;
+        float* dv = out.data() + (2 * hn + h) * td;
+        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
+          const int64_t rows = std::min(kRowChunk, t - c0);
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
+                                      .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
+                                      .c = ds.data(), .ldc = tp, .causal_cols = true,
+                                      .row0 = c0});
+          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale);
+          // The chunk's rows are zero from column c0 + rows on: only the
+          // columns before it are rounded (the rest of dsi and pi is never
+          // written, so stays zero). kRowChunk is even: a chunk holds whole
+          // row pairs.
+          const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
+          for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, n, dsr.data() + i * tp / 2);
+          InterleaveRows(ds.data(), tp, rows, n, dsi.data() + c0 / 2 * tp, tp);
+          InterleaveRows(pr + c0 * t, t, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
+                                      .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
+                                      .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                                      .row0 = c0});
+        }
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = dsi.data(), .ars = 1,
+                                    .aps = tp, .b = qi.data(), .ldb = d, .c = dk, .ldc = d,
+                                    .band = Band::kFrom});
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = pi.data(), .ars = 1,
+                                    .aps = tp, .b = gi.data(), .ldb = d, .c = dv, .ldc = d,
+                                    .band = Band::kFrom});
+      }
+      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+    }
+  });
+}
+
+}  // namespace
+
+absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
+                                                   const Tensor& qkv, int64_t t, int64_t b,
+                                                   int64_t heads, int64_t head_dim,
+                                                   double scale) {
+  const Layout layout(t, b, heads, head_dim);
+  float* pr = probs.defined() ? probs.data<float>() : nullptr;
+  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
+    AttentionForwardPairs(layout, qkv.data<BF16>(), ctx.data<BF16>(), pr,
+                          static_cast<float>(scale));
+    return absl::OkStatus();
+  }
+  DispatchFloat(qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AttentionForward<T>(layout, qkv.data<T>(), ctx.data<T>(), pr, static_cast<float>(scale));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CpuDeviceKernels::CausalSelfAttentionBackward(const Tensor& dqkv,
+                                                           const Tensor& grad_ctx,
+                                                           const Tensor& qkv, const Tensor& probs,
+                                                           int64_t t, int64_t b, int64_t heads,
+                                                           int64_t head_dim, double scale) {
+  const Layout layout(t, b, heads, head_dim);
+  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
+    AttentionBackwardPairs(layout, qkv.data<BF16>(), grad_ctx.data<BF16>(), probs.data<float>(),
+                           dqkv.data<BF16>(), static_cast<float>(scale));
+    return absl::OkStatus();
+  }
+  DispatchFloat(qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AttentionBackward<T>(layout, qkv.data<T>(), grad_ctx.data<T>(), probs.data<float>(),
+                         dqkv.data<T>(), static_cast<float>(scale));
+  });
+  return absl::OkStatus();
+}
+
+}  // namespace tpx::cpu
