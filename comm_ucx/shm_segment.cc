@@ -88,10 +88,20 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
   size_t controls_at = 0, data_at = 0;
   seg->map_bytes_ = Layout(n, seg->slot_bytes_, &controls_at, &data_at);
 
-  // Rank 0 creates the object and publishes "<name> <nonce>", or "-".
+  // Rank 0 creates, sizes and maps the object, writes its head, then
+  // publishes "<name> <nonce>" (or "-"); the others map it and check the head.
   std::string name;
   uint64_t nonce = 0;
-  int fd = -1;
+  bool ok = false;
+  auto map_it = [&](int fd) {
+    void* map = mmap(nullptr, seg->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return false;
+    seg->map_ = map;
+    seg->controls_ = reinterpret_cast<ShmControl*>(static_cast<char*>(map) + controls_at);
+    seg->data_ = static_cast<char*>(map) + data_at;
+    return true;
+  };
   if (r == 0) {
     std::string published = "-";
     if (t.shm) {
@@ -100,7 +110,7 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
       std::snprintf(buf, sizeof(buf), "/tpx-ucx-%d-%016llx", static_cast<int>(getpid()),
                     static_cast<unsigned long long>(Random64()));
       name = buf;
-      fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+      int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
       // Reserve the pages now: a tmpfs that runs out later would kill the
       // process with SIGBUS on first touch instead of returning an error.
       if (fd >= 0 && (ftruncate(fd, seg->map_bytes_) != 0 ||
@@ -109,17 +119,24 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
                                 << seg->map_bytes_ << " bytes): " << std::strerror(errno)
                                 << "; using UCX only";
         close(fd);
-        shm_unlink(name.c_str());
         fd = -1;
       }
-      if (fd >= 0) published = name + " " + std::to_string(nonce);
+      if (fd >= 0 && map_it(fd)) {
+        auto* head = static_cast<SegmentHead*>(seg->map_);
+        head->nonce = nonce;
+        head->size = n;
+        head->slot_bytes = seg->slot_bytes_;
+        head->magic = kMagic;
+        head->mapped.store(1);
+        ok = true;
+        published = name + " " + std::to_string(nonce);
+      } else if (fd >= 0 || errno != EEXIST) {
+        shm_unlink(name.c_str());
+      }
     }
     Status s = StoreSet(store, prefix, published);
     if (!s.ok()) {
-      if (fd >= 0) {
-        close(fd);
-        shm_unlink(name.c_str());
-      }
+      if (ok) shm_unlink(name.c_str());
       return s;
     }
   } else {
@@ -129,36 +146,21 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
     if (t.shm && space != std::string::npos) {
       name = published.substr(0, space);
       nonce = std::strtoull(published.c_str() + space + 1, nullptr, 10);
-      fd = shm_open(name.c_str(), O_RDWR, 0);
+      int fd = shm_open(name.c_str(), O_RDWR, 0);
       struct stat st{};
       if (fd >= 0 && (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != seg->map_bytes_)) {
         close(fd);
         fd = -1;
       }
-    }
-  }
-  bool ok = false;
-  if (fd >= 0) {
-    void* map = mmap(nullptr, seg->map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map != MAP_FAILED) {
-      seg->map_ = map;
-      auto* head = static_cast<SegmentHead*>(map);
-      if (r == 0) {
-        head->nonce = nonce;
-        head->size = n;
-        head->slot_bytes = seg->slot_bytes_;
-        std::atomic_thread_fence(std::memory_order_release);
-        head->magic = kMagic;
+      if (fd >= 0 && map_it(fd)) {
+        auto* head = static_cast<SegmentHead*>(seg->map_);
+        // Written by rank 0 before it published the name.
+        ok = head->magic == kMagic && head->nonce == nonce &&
+             head->size == static_cast<uint64_t>(n) && head->slot_bytes == seg->slot_bytes_;
+        if (ok && head->mapped.fetch_add(1) + 1 == static_cast<uint64_t>(n)) {
+          shm_unlink(name.c_str());
+        }
       }
-      // Rank 0 wrote the head before publishing the name.
-      ok = head->magic == kMagic && head->nonce == nonce &&
-           head->size == static_cast<uint64_t>(n) && head->slot_bytes == seg->slot_bytes_;
-      if (ok && head->mapped.fetch_add(1) + 1 == static_cast<uint64_t>(n)) {
-        shm_unlink(name.c_str());
-      }
-      seg->controls_ = reinterpret_cast<ShmControl*>(static_cast<char*>(map) + controls_at);
-      seg->data_ = static_cast<char*>(map) + data_at;
     }
   }
   // Every rank says whether it mapped the segment and can read every peer.
@@ -172,7 +174,7 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
     all_cma = all_cma && v.size() == 2 && v[1] == '1';
   }
   // Every rank has answered (or the store failed): nobody maps it any more.
-  if (r == 0 && !name.empty()) shm_unlink(name.c_str());
+  if (r == 0 && ok) shm_unlink(name.c_str());
   TPX_PLUGIN_RETURN_IF_ERROR(s);
   if (!all_ok) {
     if (t.shm && r == 0) {
