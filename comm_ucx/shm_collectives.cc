@@ -14,7 +14,12 @@ namespace {
 
 // Stages within one operation (ShmControl::stage = 4 * op + phase).
 constexpr uint64_t kPosted = 1;
+constexpr uint64_t kReduced = 2;
 constexpr uint64_t kFinished = 3;
+
+// Direct reads of a reduction go through a buffer this large, small enough
+// to stay in the core's cache until it is reduced.
+constexpr int64_t kDirectChunkBytes = 256 << 10;
 
 uint64_t HashCounts(const std::vector<int64_t>& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
@@ -154,10 +159,62 @@ bool SmallAllReduce(const CollArgs& a, int n) {
   return bytes <= t.shm_bytes && (n == 2 || bytes <= t.small_bytes || a.count < n);
 }
 
+// Two ranks, larger buffers: each rank reads its half of the peer's input
+// (chunk by chunk, so the chunk is still in cache when it is reduced) and
+// reduces it into its own output, then reads the other half of the result
+// from the peer's output. One copy per half, no staging through the segment.
+Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
+  SharedSegment& shm = *io.shm();
+  const int r = io.rank(), peer = 1 - r;
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const Blocks blocks = EvenBlocks(a.count, 2);
+  ShmOp op(io, a);
+  op.Post(a.count, 0, a.send, a.recv);
+  TPX_PLUGIN_RETURN_IF_ERROR(op.WaitPeers(0, [&](int) { return a.count; }));
+  const uint64_t peer_send = op.header(peer).send_addr, peer_recv = op.header(peer).recv_addr;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  const int64_t per_chunk = kDirectChunkBytes / esz;
+  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
+  char* acc = esz == asz ? nullptr : io.scratch(Scratch::kAcc, per_chunk * asz);
+  for (int64_t done = 0; done < blocks.counts[r]; done += per_chunk) {
+    const int64_t at = blocks.displs[r] + done;
+    const int64_t len = std::min(per_chunk, blocks.counts[r] - done);
+    Status read = shm.ReadPeer(peer, peer_send + at * esz, tmp, len * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+    if (acc == nullptr) {
+      ReduceInto(a.dtype, a.op, recv + at * esz, tmp, send + at * esz, len);
+      FromAcc(a.dtype, a.op, 2, recv + at * esz, recv + at * esz, len);
+    } else {
+      ToAcc(a.dtype, send + at * esz, acc, len);
+      ReduceInto(a.dtype, a.op, acc, tmp, acc, len);
+      FromAcc(a.dtype, a.op, 2, acc, recv + at * esz, len);
+    }
+  }
+  // Once the peer's half is reduced, it has also stopped reading this
+  // rank's input (which may be this rank's output: in place).
+  op.Raise(kReduced);
+  TPX_PLUGIN_RETURN_IF_ERROR(op.WaitFor(kReduced));
+  const int64_t at = blocks.displs[peer];
+  if (blocks.counts[peer] > 0) {
+    Status read = shm.ReadPeer(peer, peer_recv + at * esz, recv + at * esz,
+                               blocks.counts[peer] * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+  }
+  // The peer may still be reading this rank's output.
+  op.Raise(kFinished);
+  return op.WaitFor(kFinished);
+}
+
 }  // namespace
 
 bool ShmAllReduce(OpIo& io, const CollArgs& a, Status* status) {
-  if (io.shm() == nullptr || !SmallAllReduce(a, io.size())) return false;
+  if (io.shm() == nullptr) return false;
+  if (!SmallAllReduce(a, io.size())) {
+    if (io.size() != 2 || !io.shm()->cma()) return false;
+    *status = TwoRankDirectAllReduce(io, a);
+    return true;
+  }
   const int n = io.size(), r = io.rank();
   const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
   const size_t bytes = a.count * esz;

@@ -6,7 +6,10 @@
 //  - larger all_gather_v blocks: every rank posts its send buffer's
 //    address and reads its peers' blocks straight from their memory with
 //    one copy (process_vm_readv, when every rank can), then waits until its
-//    peers have read its own block before returning.
+//    peers have read its own block before returning;
+//  - larger all_reduce at two ranks, the same way: each rank reads and
+//    reduces one half of its peer's input, then reads the other half of
+//    the result from its peer's output.
 // Every rank posts what it runs (collective number, kind, dtype, op, sizes)
 // and checks its peers': disagreeing ranks get a "size mismatch" error,
 // never a wrong result. Reductions combine the ranks' contributions in the

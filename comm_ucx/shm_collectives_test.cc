@@ -418,5 +418,38 @@ TEST(ShmFailure, PeerKilledMidCollectiveIsAnError) {
   }
 }
 
+TEST(ShmFailure, PeerKilledInTwoRankAllReduceIsAnError) {
+  for (int64_t count : {int64_t{64}, 64 * kShmBytes}) {
+    RunOptions options = ShmOptions();
+    options.comm_timeout_ms = 60000;
+    options.may_die = {1};
+    int pid = 0;
+    EXPECT_EQ(RunRecordingPid(2, [count](RankEnv& env) -> std::string {
+                if (!MapsSegment()) return "no shared-memory segment mapped";
+                std::vector<float> x(count, 1.0f);
+                auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+                a.count = count;
+                a.send = a.recv = x.data();
+                for (int i = 0; i < 2; ++i) {
+                  if (env.rank == 1 && i == 1) raise(SIGKILL);
+                  int code = TPX_OK;
+                  std::string e = RunOp(env, a, &code);
+                  if (i == 0 && !e.empty()) return "first all_reduce: " + e;
+                  if (i == 1) {
+                    if (code != TPX_ERR_UNAVAILABLE) return "expected UNAVAILABLE, got '" + e + "'";
+                    if (e.find("all_reduce") == std::string::npos ||
+                        e.find("rank 1") == std::string::npos) {
+                      return "op or rank 1 not named: " + e;
+                    }
+                  }
+                }
+                return "";
+              }, options, &pid),
+              "")
+        << "count " << count;
+    EXPECT_TRUE(SegmentsOf(pid).empty());
+  }
+}
+
 }  // namespace
 }  // namespace tpx::ucx::testing
