@@ -285,11 +285,13 @@ Status OpIo::Fail(int code, const std::string& why) {
   }
   // The host prefixes the op's public number (#N); seq_ here is the plugin's
   // own tag scope and would only confuse.
-  std::string msg = std::string("ucx ") + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
+  std::string msg =
+      std::string("ucx ") + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
   if (!waiting.empty()) msg += "; still waiting on ranks " + RankList(waiting);
   error_ = Status::Error(code, msg);
   // Peers learn now, not at their timeout: the communicator is failed.
-  worker_.AnnounceFailure(code, std::string(op_name_) + ": " + why, collective_ ? &seq_ : nullptr, public_seq_);
+  worker_.AnnounceFailure(code, std::string(op_name_) + ": " + why, collective_ ? &seq_ : nullptr,
+                          public_seq_);
   Abandon();
   return error_;
 }

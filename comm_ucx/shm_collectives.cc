@@ -71,10 +71,10 @@ class ShmOp {
     for (int peer = 0; peer < io_.size(); ++peer) {
       if (peer == io_.rank()) continue;
       const ShmHeader& h = header(peer);
-      const std::string who = "rank " + std::to_string(peer);
+      auto who = [peer] { return "rank " + std::to_string(peer); };
       if (h.coll_seq != io_.seq() || h.kind != static_cast<uint32_t>(a_.kind)) {
         return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
-                        "collective mismatch: " + who + " runs " +
+                        "collective mismatch: " + who() + " runs " +
                             CollName(static_cast<tpx_coll_kind_t>(h.kind)) + " (collective " +
                             std::to_string(h.coll_seq) + ") where rank " +
                             std::to_string(io_.rank()) + " runs collective " +
@@ -82,7 +82,7 @@ class ShmOp {
       }
       if (h.dtype != static_cast<uint32_t>(a_.dtype) || h.op != static_cast<uint32_t>(a_.op)) {
         return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
-                        "dtype or reduction mismatch: " + who + " posted dtype " +
+                        "dtype or reduction mismatch: " + who() + " posted dtype " +
                             std::to_string(h.dtype) + " op " + std::to_string(h.op) +
                             " where rank " + std::to_string(io_.rank()) + " has dtype " +
                             std::to_string(a_.dtype) + " op " + std::to_string(a_.op));
@@ -90,7 +90,7 @@ class ShmOp {
       const int64_t want = expected_count(peer);
       if (h.count != want || h.counts_hash != counts_hash) {
         return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
-                        "size mismatch: " + who + " posted " + std::to_string(h.count * esz) +
+                        "size mismatch: " + who() + " posted " + std::to_string(h.count * esz) +
                             " bytes where rank " + std::to_string(io_.rank()) + " expected " +
                             std::to_string(want * esz) +
                             (h.counts_hash != counts_hash ? " or the per-rank counts differ" : "") +
@@ -110,30 +110,43 @@ class ShmOp {
 
 // acc = inputs[0] (op) inputs[1] (op) ... left to right, in the
 // accumulation type; `acc` may alias inputs[0] when the types match.
-void Fold(tpx_dtype_t dtype, tpx_reduce_op_t op, const std::vector<const char*>& inputs,
+void Fold(tpx_dtype_t dtype, tpx_reduce_op_t op, const char* const* inputs, int num_inputs,
           char* acc, int64_t count) {
   if (count == 0) return;
-  size_t i = 1;
-  if (ElementSize(dtype) == AccElementSize(dtype) && inputs.size() > 1) {
+  int i = 1;
+  if (ElementSize(dtype) == AccElementSize(dtype) && num_inputs > 1) {
     ReduceInto(dtype, op, acc, inputs[1], inputs[0], count);
     i = 2;
   } else {
     ToAcc(dtype, inputs[0], acc, count);
   }
-  for (; i < inputs.size(); ++i) ReduceInto(dtype, op, acc, inputs[i], acc, count);
+  for (; i < num_inputs; ++i) ReduceInto(dtype, op, acc, inputs[i], acc, count);
 }
+
+// Per-rank input pointers; on the stack for the usual world sizes.
+class Inputs {
+ public:
+  explicit Inputs(int n) : heap_(n > kStack ? n : 0), data_(n > kStack ? heap_.data() : stack_) {}
+  const char*& operator[](int i) { return data_[i]; }
+  const char* const* data() const { return data_; }
+
+ private:
+  static constexpr int kStack = 16;
+  const char* stack_[kStack];
+  std::vector<const char*> heap_;
+  const char** data_;
+};
 
 // The combination order of the UCX all-reduce for small buffers (recursive
 // doubling): pairs (0,1), (2,3), ... of the first 2*(n-p) ranks, then a
 // balanced tree over the p partial results. `acc` holds the result.
-void TreeReduce(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op,
-                const std::vector<const char*>& inputs, char* acc, int64_t count) {
-  const int n = static_cast<int>(inputs.size());
+void TreeReduce(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const char* const* inputs,
+                int n, char* acc, int64_t count) {
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int rem = n - p;
   if (p == 1 || (p == 2 && rem == 0) || (p == 2 && rem == 1)) {
-    Fold(dtype, op, inputs, acc, count);  // ((x0 x1) x2) is the tree for n <= 3
+    Fold(dtype, op, inputs, n, acc, count);  // ((x0 x1) x2) is the tree for n <= 3
     return;
   }
   const size_t bytes = count * AccElementSize(dtype);
@@ -141,7 +154,7 @@ void TreeReduce(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op,
   auto part = [&](int v) { return v == 0 ? acc : parts + (v - 1) * bytes; };
   for (int v = 0; v < p; ++v) {
     if (v < rem) {
-      Fold(dtype, op, {inputs[2 * v], inputs[2 * v + 1]}, part(v), count);
+      Fold(dtype, op, inputs + 2 * v, 2, part(v), count);
     } else {
       ToAcc(dtype, inputs[v + rem], part(v), count);
     }
@@ -223,13 +236,13 @@ bool ShmAllReduce(OpIo& io, const CollArgs& a, Status* status) {
   op.Post(a.count, 0, a.send, a.recv);
   *status = op.WaitPeers(0, [&](int) { return a.count; });
   if (!status->ok()) return true;
-  std::vector<const char*> inputs(n);
+  Inputs inputs(n);
   for (int i = 0; i < n; ++i) inputs[i] = i == r ? static_cast<const char*>(a.send) : op.slot(i);
   // Straight into the output where that cannot overwrite an input before
   // it is read (with two ranks both are read in one pass).
   const bool direct = esz == asz && n <= 3 && (n == 2 || a.send != a.recv);
   char* acc = direct ? static_cast<char*>(a.recv) : io.scratch(Scratch::kAcc, a.count * asz);
-  TreeReduce(io, a.dtype, a.op, inputs, acc, a.count);
+  TreeReduce(io, a.dtype, a.op, inputs.data(), n, acc, a.count);
   FromAcc(a.dtype, a.op, n, acc, a.recv, a.count);
   return true;
 }
@@ -265,6 +278,7 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   }
   // One copy per block, straight from each peer's send buffer.
   op.Post(mine, hash, a.send, a.recv);
+  copy_own();
   *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
   if (!status->ok()) return true;
   for (int i = 1; i < n; ++i) {
@@ -278,7 +292,6 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
       return true;
     }
   }
-  copy_own();
   // Peers may still be reading this rank's send buffer.
   op.Raise(kFinished);
   *status = op.WaitFor(kFinished);
@@ -312,21 +325,14 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   // The order of the UCX algorithm at this size: own block first, then the
   // others by rank (direct messages, more than two ranks and small), else
   // around the ring from rank r+1.
-  std::vector<int> order;
-  if (n > 2 && total * esz <= t.small_bytes) {
-    order.push_back(r);
-    for (int i = 0; i < n; ++i) {
-      if (i != r) order.push_back(i);
-    }
-  } else {
-    for (int i = 1; i <= n; ++i) order.push_back(RankMod(r + i, n));
-  }
-  std::vector<const char*> inputs;
-  for (int i : order) {
-    inputs.push_back(i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed.displs[r] * esz);
+  const bool direct_order = n > 2 && total * esz <= t.small_bytes;
+  Inputs inputs(n);
+  for (int j = 0; j < n; ++j) {
+    const int i = direct_order ? (j == 0 ? r : (j <= r ? j - 1 : j)) : RankMod(r + 1 + j, n);
+    inputs[j] = i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed.displs[r] * esz;
   }
   char* acc = io.scratch(Scratch::kAcc, mine * asz);
-  Fold(a.dtype, a.op, inputs, acc, mine);
+  Fold(a.dtype, a.op, inputs.data(), n, acc, mine);
   FromAcc(a.dtype, a.op, n, acc, a.recv, mine);
   return true;
 }

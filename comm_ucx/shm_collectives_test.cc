@@ -110,10 +110,10 @@ std::string AllReduceCases(RankEnv& env) {
               sum += Value(r, i);
               mx = std::max(mx, Value(r, i));
             }
+            const float avg = static_cast<float>(sum) / static_cast<float>(env.world);
             const double want = op == TPX_REDUCE_SUM   ? Rounded(t, sum)
                                 : op == TPX_REDUCE_MAX ? Rounded(t, mx)
-                                                       : Rounded(t, static_cast<float>(sum) /
-                                                                        static_cast<float>(env.world));
+                                                       : Rounded(t, avg);
             const double got = Load(t, out + i * esz);
             if (got != want) return Fail(what, i, got, want);
           }
@@ -286,7 +286,8 @@ TEST_P(ShmWorld, ResultsAreBitwiseThoseOfTheUcxPath) {
                                  std::to_string(env.rank)),
                         std::ios::binary);
       // Sizes where both operations, one or none take the shared memory.
-      for (int64_t count : {int64_t{3}, kShmBytes / 4 / world - 1, int64_t{1000}, kShmBytes / 4 - 1}) {
+      const int64_t per_rank = kShmBytes / 4 / world - 1;
+      for (int64_t count : {int64_t{3}, per_rank, int64_t{1000}, kShmBytes / 4 - 1}) {
         for (tpx_dtype_t t : {TPX_DTYPE_F32, TPX_DTYPE_BF16}) {
           const size_t esz = SizeOfDtype(t);
           std::vector<char> send(count * world * esz), recv(count * world * esz);

@@ -94,7 +94,10 @@ bool DecodeIdentity(const std::string& blob, std::string* host, int* pid, uint64
     if (p == std::string::npos) return false;
     from = p + 1;
   }
-  auto field = [&](int i) { return blob.substr(i == 0 ? 0 : at[i - 1] + 1, at[i] - (i == 0 ? 0 : at[i - 1] + 1)); };
+  auto field = [&](int i) {
+    const size_t begin = i == 0 ? 0 : at[i - 1] + 1;
+    return blob.substr(begin, at[i] - begin);
+  };
   *host = field(0);
   *pid = std::atoi(field(1).c_str());
   *start_time = std::strtoull(field(2).c_str(), nullptr, 10);
