@@ -3,13 +3,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <random>
 
 #include "comm/plugin_log.h"
 #include "comm_ucx/tunables.h"
@@ -37,14 +39,21 @@ size_t Layout(int size, size_t slot_bytes, size_t* controls_at, size_t* data_at)
 }
 
 uint64_t Random64() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), 0) != sizeof(v)) {
+    // No entropy source: unique enough for a name, which O_EXCL guards.
+    v = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<uint64_t>(getpid()) << 40);
+  }
+  return v;
 }
 
 Status StoreSet(const tpx_store_v1_t& store, const std::string& key, const std::string& value) {
   tpx_error_t err{};
   int code = store.set(store.ctx, key.c_str(), value.data(), value.size(), &err);
-  if (code != TPX_OK) return Status::Error(code, "writing '" + key + "' to the store: " + err.message);
+  if (code != TPX_OK) {
+    return Status::Error(code, "writing '" + key + "' to the store: " + err.message);
+  }
   return Status();
 }
 
@@ -54,7 +63,9 @@ Status StoreGet(const tpx_store_v1_t& store, const std::string& key, int64_t tim
   char buf[512];
   size_t len = 0;
   int code = store.get(store.ctx, key.c_str(), buf, sizeof(buf), &len, timeout_ms, &err);
-  if (code != TPX_OK) return Status::Error(code, "reading '" + key + "' from the store: " + err.message);
+  if (code != TPX_OK) {
+    return Status::Error(code, "reading '" + key + "' from the store: " + err.message);
+  }
   value->assign(buf, std::min(len, sizeof(buf)));
   return Status();
 }
@@ -179,7 +190,8 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
   if (!all_ok) {
     if (t.shm && r == 0) {
       TPX_PLUGIN_LOG(INFO) << "ucx: communicator '" << config.name
-                           << "': not every rank could map the shared memory segment; using UCX only";
+                           << "': not every rank could map the shared memory segment; "
+                              "using UCX only";
     }
     return Status();  // seg's destructor unmaps
   }
