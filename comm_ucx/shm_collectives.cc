@@ -309,10 +309,11 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   const Blocks packed = PackedBlocks(a.send_counts);
   const uint64_t hash = HashCounts(a.send_counts);
   ShmOp op(io, a);
-  // The slot holds every block, packed in rank order.
+  // The slot holds the peers' blocks, packed in rank order (this rank
+  // reads its own block from `send`).
   const char* send = static_cast<const char*>(a.send);
   for (int b = 0; b < n; ++b) {
-    if (a.send_counts[b] > 0) {
+    if (b != r && a.send_counts[b] > 0) {
       std::memcpy(op.slot(r) + packed.displs[b] * esz, send + a.send_displs[b] * esz,
                   a.send_counts[b] * esz);
     }
