@@ -7,6 +7,7 @@
 #include "comm_ucx/collectives.h"
 #include "comm_ucx/reduce_kernels.h"
 #include "comm_ucx/ring.h"
+#include "comm_ucx/shm_collectives.h"
 #include "comm_ucx/tunables.h"
 
 namespace tpx::ucx {
@@ -95,6 +96,7 @@ Status AllGatherV(OpIo& io, const CollArgs& a) {
   const size_t my_bytes = a.recv_counts[r] * esz;
   int64_t total = 0;
   for (int64_t c : a.recv_counts) total += c;
+  if (Status s; ShmAllGatherV(io, a, &s)) return s;
   if (n > 2 && total * static_cast<int64_t>(esz) <= static_cast<int64_t>(GetTunables().small_bytes)) {
     // Small: one round of direct messages beats n-1 ring steps.
     for (int i = 1; i < n; ++i) {

@@ -5,6 +5,7 @@
 #include "comm_ucx/collectives.h"
 #include "comm_ucx/reduce_kernels.h"
 #include "comm_ucx/ring.h"
+#include "comm_ucx/shm_collectives.h"
 #include "comm_ucx/tunables.h"
 
 namespace tpx::ucx {
@@ -105,6 +106,7 @@ Status AllReduce(OpIo& io, const CollArgs& a) {
     if (a.send != a.recv) std::memcpy(a.recv, a.send, a.count * esz);
     return Status();
   }
+  if (Status s; ShmAllReduce(io, a, &s)) return s;
   if (UseTree(a, n)) {
     if (esz == asz && (n & (n - 1)) == 0) {
       char* acc = static_cast<char*>(a.recv);
@@ -189,6 +191,7 @@ Status ReduceScatterV(OpIo& io, const CollArgs& a) {
   int64_t total = 0;
   for (int64_t c : a.send_counts) total += c;
   if (total == 0) return Status();
+  if (Status s; ShmReduceScatterV(io, a, &s)) return s;
   const size_t esz = ElementSize(a.dtype);
   if (n > 2 && total * static_cast<int64_t>(esz) <= static_cast<int64_t>(GetTunables().small_bytes)) {
     // Small: every rank sends each block straight to its owner, which

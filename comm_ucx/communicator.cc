@@ -288,18 +288,26 @@ void Communicator::Execute(Queued op) {
   const auto start = Clock::now();
   last_start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
   const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
-  if (collective) worker_->SetCollective(coll_seq_, true);
-  auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, a.seq, collective,
-                                   deadline);
-  Status s = RunCollective(*io, a);
-  if (collective) worker_->SetCollective(coll_seq_, false);
-  if (!collective && s.ok()) {
-    in_flight_.push_back(InFlight{std::move(io), op.state, Status()});
-    in_flight_count_.fetch_add(1, std::memory_order_release);
-    PollInFlight();
-    return;
+  Status s;
+  if (collective) {
+    // A collective finishes here: its OpIo lives on the stack.
+    worker_->SetCollective(coll_seq_, true);
+    {
+      OpIo io(*worker_, scratch_, CollName(a.kind), seq, a.seq, /*collective=*/true, deadline);
+      s = RunCollective(io, a);
+    }
+    worker_->SetCollective(coll_seq_, false);
+  } else {
+    auto io = std::make_unique<OpIo>(*worker_, scratch_, CollName(a.kind), seq, a.seq,
+                                     /*collective=*/false, deadline);
+    s = RunCollective(*io, a);
+    if (s.ok()) {
+      in_flight_.push_back(InFlight{std::move(io), op.state, Status()});
+      in_flight_count_.fetch_add(1, std::memory_order_release);
+      PollInFlight();
+      return;
+    }
   }
-  io.reset();
   if (!s.ok()) NoteFailure(s);
   Finish(op, std::move(s));
 }

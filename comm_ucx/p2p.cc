@@ -33,17 +33,15 @@ char* Scratch::Get(Slot slot, size_t bytes) {
   return buffers_[slot].get();
 }
 
-OpIo::OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq,
+OpIo::OpIo(Worker& worker, Scratch& scratch, const char* op_name, uint64_t seq,
            uint64_t public_seq, bool collective, Clock::time_point deadline)
     : worker_(worker),
       scratch_(scratch),
-      op_name_(std::move(op_name)),
+      op_name_(op_name),
       seq_(seq),
       public_seq_(public_seq),
       collective_(collective),
-      deadline_(deadline) {
-  pending_.reserve(8);
-}
+      deadline_(deadline) {}
 
 OpIo::~OpIo() { Abandon(); }
 
@@ -71,6 +69,7 @@ size_t OpIo::RecvTagged(int peer, int32_t tag, void* buf, size_t bytes) {
 
 size_t OpIo::Start(int peer, uint64_t tag, const void* buf, size_t bytes, bool is_recv) {
   size_t index = pending_.size();
+  if (index == 0) pending_.reserve(8);  // not in the constructor: shared-memory ops send nothing
   pending_.push_back(Pending{nullptr, peer, is_recv, bytes});
   if (!error_.ok()) return index;
   ucp_request_param_t param{};
@@ -130,14 +129,8 @@ Status OpIo::CheckHealth() {
   }
   if (worker_.failure_count() != 0) {
     std::set<int> failed;
-    for (size_t i = first_incomplete_; i < pending_.size(); ++i) {
-      const Pending& p = pending_[i];
-      // Completed requests not yet reaped do not count: a peer may finish
-      // its part and leave before this rank processed the last message.
-      if (p.request != nullptr && worker_.peer_status(p.peer) != UCS_OK &&
-          ucp_request_check_status(p.request) == UCS_INPROGRESS) {
-        failed.insert(p.peer);
-      }
+    for (int peer = 0; peer < size(); ++peer) {
+      if (worker_.peer_status(peer) != UCS_OK && Awaited(peer)) failed.insert(peer);
     }
     if (!failed.empty()) {
       std::string what;
@@ -148,7 +141,71 @@ Status OpIo::CheckHealth() {
       return Fail(TPX_ERR_UNAVAILABLE, "peer unreachable: " + what);
     }
   }
+  if (SharedSegment* shm = worker_.shm(); shm != nullptr && collective_ && awaited_stage_ == 0) {
+    // A peer that runs this collective through shared memory while this
+    // rank exchanges messages has been given other sizes.
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer != rank() &&
+          shm->control(peer).last_coll.load(std::memory_order_acquire) == seq_ + 1) {
+        return Fail(TPX_ERR_FAILED_PRECONDITION,
+                    "size mismatch: rank " + std::to_string(peer) +
+                        " runs this collective through shared memory with sizes for which rank " +
+                        std::to_string(rank()) +
+                        " exchanges messages (the ranks disagree on a count or shape)");
+      }
+    }
+  }
   if (Clock::now() >= deadline_) return Fail(TPX_ERR_DEADLINE_EXCEEDED, "timed out");
+  return Status();
+}
+
+bool OpIo::Awaited(int peer) const {
+  if (awaited_stage_ != 0) {
+    return peer != rank() &&
+           worker_.shm()->control(peer).stage.load(std::memory_order_acquire) < awaited_stage_;
+  }
+  // Completed requests not yet reaped do not count: a peer may finish its
+  // part and leave before this rank processed the last message.
+  for (size_t i = first_incomplete_; i < pending_.size(); ++i) {
+    const Pending& p = pending_[i];
+    if (p.peer == peer && p.request != nullptr &&
+        ucp_request_check_status(p.request) == UCS_INPROGRESS) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Status OpIo::WaitStage(uint64_t stage) {
+  if (!error_.ok()) return error_;
+  SharedSegment& shm = *worker_.shm();
+  const int n = size(), r = rank();
+  auto reached = [&] {
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != r && shm.control(peer).stage.load(std::memory_order_acquire) < stage) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (reached()) return Status();
+  awaited_stage_ = stage;
+  Backoff backoff;
+  uint32_t rounds = 0;
+  bool yielded = false;
+  while (!reached()) {
+    // Peers' notices arrive through UCX: progress it now and then. The
+    // clock and /proc are read as rarely as in Wait().
+    if ((++rounds & 15) == 0 || !backoff.spinning()) {
+      worker_.Progress();
+      Status s = CheckHealth();
+      if (!s.ok()) return s;
+    }
+    backoff.Idle(worker_);
+    yielded = yielded || !backoff.spinning();
+  }
+  awaited_stage_ = 0;
+  worker_.NoteWaitEnded(!yielded);
   return Status();
 }
 
@@ -223,13 +280,18 @@ Status OpIo::Fail(int code, const std::string& why) {
       waiting.insert(p.peer);
     }
   }
+  for (int peer = 0; awaited_stage_ != 0 && peer < size(); ++peer) {
+    if (Awaited(peer)) waiting.insert(peer);
+  }
   // The host prefixes the op's public number (#N); seq_ here is the plugin's
   // own tag scope and would only confuse.
-  std::string msg = "ucx " + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
+  std::string msg =
+      std::string("ucx ") + op_name_ + " on rank " + std::to_string(rank()) + ": " + why;
   if (!waiting.empty()) msg += "; still waiting on ranks " + RankList(waiting);
   error_ = Status::Error(code, msg);
   // Peers learn now, not at their timeout: the communicator is failed.
-  worker_.AnnounceFailure(code, op_name_ + ": " + why, collective_ ? &seq_ : nullptr, public_seq_);
+  worker_.AnnounceFailure(code, std::string(op_name_) + ": " + why, collective_ ? &seq_ : nullptr,
+                          public_seq_);
   Abandon();
   return error_;
 }

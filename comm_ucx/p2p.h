@@ -57,7 +57,8 @@ class OpIo {
   // `seq` scopes the collective tags (send/recv: the user tag space);
   // `public_seq` is the host's number of the collective, for messages;
   // `deadline` bounds every wait.
-  OpIo(Worker& worker, Scratch& scratch, std::string op_name, uint64_t seq, uint64_t public_seq,
+  // `op_name` is a string literal (CollName).
+  OpIo(Worker& worker, Scratch& scratch, const char* op_name, uint64_t seq, uint64_t public_seq,
        bool collective, Clock::time_point deadline);
   ~OpIo();
   OpIo(const OpIo&) = delete;
@@ -66,6 +67,10 @@ class OpIo {
   int rank() const { return worker_.rank(); }
   int size() const { return worker_.size(); }
   char* scratch(Scratch::Slot slot, size_t bytes) { return scratch_.Get(slot, bytes); }
+  // The communicator's collective number (tag scope) and its shared-memory
+  // segment (null unless every rank is on this host).
+  uint64_t seq() const { return seq_; }
+  SharedSegment* shm() const { return worker_.shm(); }
 
   // Start a message; the returned index is passed to Wait.
   size_t Send(int peer, uint32_t sub, const void* buf, size_t bytes);
@@ -79,6 +84,13 @@ class OpIo {
   // Non-blocking: one round of progress; *done once every message completed.
   Status Test(bool* done);
 
+  // Shared-memory operations (shm_collectives.h): waits until every peer's
+  // stage on the segment reached `stage`, checking peers' notices, dead
+  // peers and the deadline as Wait() does.
+  Status WaitStage(uint64_t stage);
+  // Fails the operation (peers are told) with `why`.
+  Status Fail(int code, const std::string& why);
+
  private:
   struct Pending {
     void* request;  // nullptr once complete
@@ -91,19 +103,22 @@ class OpIo {
   Status CheckHealth();
   // Error unless a receive from `peer` delivered exactly `bytes`.
   Status CheckLength(const Pending& p, ucs_status_t status, size_t received);
-  Status Fail(int code, const std::string& why);
+  // Whether rank `peer` still has to reach what this operation waits for:
+  // an incomplete request, or a shared-memory stage.
+  bool Awaited(int peer) const;
   // Cancels and releases every incomplete request (bounded wait).
   void Abandon();
 
   Worker& worker_;
   Scratch& scratch_;
-  std::string op_name_;
+  const char* op_name_;
   uint64_t seq_;
   uint64_t public_seq_;
   bool collective_;
   Clock::time_point deadline_;
   std::vector<Pending> pending_;
   size_t first_incomplete_ = 0;
+  uint64_t awaited_stage_ = 0;  // WaitStage's target while it waits
   Status error_;
 };
 

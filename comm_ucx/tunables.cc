@@ -38,6 +38,9 @@ const Tunables& GetTunables() {
     t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
     t.tick_us = AtLeast("TPX_UCX_TICK_US", EnvInt("TPX_UCX_TICK_US", 200), 10);
     t.check_lengths = EnvInt("TPX_UCX_CHECK_LENGTHS", 1) != 0;
+    t.shm = EnvInt("TPX_UCX_SHM", 1) != 0;
+    t.shm_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SHM_BYTES", 64 << 10));
+    t.cma = EnvInt("TPX_UCX_CMA", 1) != 0;
     return t;
   }();
   return tunables;

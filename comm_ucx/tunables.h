@@ -14,6 +14,12 @@
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
 // TPX_UCX_TICK_US          how long posted work may sit undriven before the
 //                          executor thread runs it (default 200)
+// TPX_UCX_SHM             0 keeps communicators whose ranks share a host off
+//                          the shared-memory path (default 1)
+// TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
+//                          segment per collective (default 64 KiB); larger
+//                          all-gathers read peers' buffers directly (CMA)
+// TPX_UCX_CMA             0 turns those direct reads off (default 1)
 // TPX_UCX_CHECK_LENGTHS    0 skips comparing each received length with the
 //                          posted one (only to measure what the check costs;
 //                          a size disagreement then goes undetected)
@@ -34,6 +40,9 @@ struct Tunables {
   int64_t yield_us;
   int64_t tick_us;
   bool check_lengths;
+  bool shm;
+  size_t shm_bytes;
+  bool cma;
 };
 
 const Tunables& GetTunables();

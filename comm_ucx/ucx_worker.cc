@@ -45,6 +45,10 @@ std::string HostId() {
     std::fclose(f);
   }
   while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  // Emulated hosts (network namespaces) may share the kernel: ranks in
+  // different namespaces are never treated as local.
+  char ns[128] = {};
+  if (readlink("/proc/self/ns/net", ns, sizeof(ns) - 1) > 0) id += std::string("/") + ns;
   return id;
 }
 
@@ -71,23 +75,35 @@ bool ReadProcess(int pid, char* state, uint64_t* start_time) {
   return true;
 }
 
-// The blob each rank publishes: host id, pid, start time, then the UCX address.
+// The blob each rank publishes: host id, pid, start time, CMA probe address
+// and value (shm_segment.h), then the UCX address.
 std::string EncodeIdentity(const std::string& host, int pid, uint64_t start_time,
-                           const void* address, size_t len) {
-  std::string out = host + '\n' + std::to_string(pid) + '\n' + std::to_string(start_time) + '\n';
+                           const CmaProbe& probe, const void* address, size_t len) {
+  std::string out = host + '\n' + std::to_string(pid) + '\n' + std::to_string(start_time) +
+                    '\n' + std::to_string(probe.address) + '\n' + std::to_string(probe.value) +
+                    '\n';
   out.append(static_cast<const char*>(address), len);
   return out;
 }
 bool DecodeIdentity(const std::string& blob, std::string* host, int* pid, uint64_t* start_time,
-                    std::string* address) {
-  size_t a = blob.find('\n');
-  size_t b = a == std::string::npos ? a : blob.find('\n', a + 1);
-  size_t c = b == std::string::npos ? b : blob.find('\n', b + 1);
-  if (c == std::string::npos) return false;
-  *host = blob.substr(0, a);
-  *pid = std::atoi(blob.substr(a + 1, b - a - 1).c_str());
-  *start_time = std::strtoull(blob.substr(b + 1, c - b - 1).c_str(), nullptr, 10);
-  *address = blob.substr(c + 1);
+                    CmaProbe* probe, std::string* address) {
+  size_t at[5];
+  size_t from = 0;
+  for (size_t& p : at) {
+    p = blob.find('\n', from);
+    if (p == std::string::npos) return false;
+    from = p + 1;
+  }
+  auto field = [&](int i) {
+    const size_t begin = i == 0 ? 0 : at[i - 1] + 1;
+    return blob.substr(begin, at[i] - begin);
+  };
+  *host = field(0);
+  *pid = std::atoi(field(1).c_str());
+  *start_time = std::strtoull(field(2).c_str(), nullptr, 10);
+  probe->address = std::strtoull(field(3).c_str(), nullptr, 10);
+  probe->value = std::strtoull(field(4).c_str(), nullptr, 10);
+  *address = blob.substr(at[4] + 1);
   return true;
 }
 
@@ -192,7 +208,8 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
   char state;
   uint64_t my_start = 0;
   ReadProcess(getpid(), &state, &my_start);
-  const std::string identity = EncodeIdentity(host, getpid(), my_start, address, address_len);
+  const std::string identity =
+      EncodeIdentity(host, getpid(), my_start, OwnCmaProbe(), address, address_len);
   ucp_worker_release_address(w->worker_, address);
   tpx_error_t err{};
   const tpx_store_v1_t& store = *config.store;
@@ -207,6 +224,7 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
   w->peer_failure_.assign(config.size, "");
   w->peers_.assign(config.size, PeerProcess{});
   const bool force_peer_mode = ForcePeerErrorMode();
+  std::vector<CmaProbe> probes(config.size);
   w->err_args_.resize(config.size);
   for (int i = 0; i < config.size; ++i) {
     // Connect in a rotated order so that ranks do not all wait on rank 0;
@@ -215,7 +233,8 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
     std::string blob, peer_host, peer_address;
     TPX_PLUGIN_RETURN_IF_ERROR(StoreGet(store, AddressKey(config, peer), config.timeout_ms, &blob));
     PeerProcess& proc = w->peers_[peer];
-    if (!DecodeIdentity(blob, &peer_host, &proc.pid, &proc.start_time, &peer_address)) {
+    if (!DecodeIdentity(blob, &peer_host, &proc.pid, &proc.start_time, &probes[peer],
+                        &peer_address)) {
       return Status::Error(TPX_ERR_INTERNAL, "malformed UCX address of rank " +
                                                  std::to_string(peer) + " in the store");
     }
@@ -240,6 +259,18 @@ Status Worker::Create(const tpx_comm_config_v1_t& config, std::unique_ptr<Worker
   // quick Split) leaves an id that no longer exists ("shmat ... Invalid
   // argument"). So nobody proceeds until every rank has connected.
   TPX_PLUGIN_RETURN_IF_ERROR(ConnectedBarrier(config));
+  // Every rank sees the same identities, so all or none set up the segment.
+  bool all_local = config.size > 1;
+  for (const PeerProcess& p : w->peers_) all_local = all_local && p.local;
+  if (all_local) {
+    bool cma = true;
+    std::vector<int> pids(config.size);
+    for (int peer = 0; peer < config.size; ++peer) {
+      pids[peer] = w->peers_[peer].pid;
+      if (peer != config.rank) cma = cma && CmaWorks(pids[peer], probes[peer]);
+    }
+    TPX_PLUGIN_RETURN_IF_ERROR(SharedSegment::Create(config, pids, cma, &w->shm_));
+  }
   TPX_PLUGIN_RETURN_IF_ERROR(w->notices_.Start(w->worker_));
   *out = std::move(w);
   return Status();

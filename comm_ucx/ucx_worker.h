@@ -16,6 +16,9 @@
 // the worker watches those processes itself (/proc/<pid>/stat), while
 // endpoints to other hosts use peer error handling with error callbacks.
 // TPX_UCX_PEER_ERR_MODE=1 forces peer error handling everywhere.
+// "This host" means the same hostname, boot id and network namespace; when
+// every rank of a communicator is local, the worker also sets up the
+// communicator's shared-memory segment (shm_segment.h).
 #ifndef TPX_COMM_UCX_UCX_WORKER_H_
 #define TPX_COMM_UCX_UCX_WORKER_H_
 
@@ -29,6 +32,7 @@
 
 #include "comm/plugin_abi.h"
 #include "comm_ucx/abort_notices.h"
+#include "comm_ucx/shm_segment.h"
 #include "comm_ucx/status.h"
 
 namespace tpx::ucx {
@@ -52,6 +56,9 @@ class Worker {
   int size() const { return size_; }
   ucp_worker_h handle() const { return worker_; }
   ucp_ep_h endpoint(int peer) const { return eps_[peer]; }
+  // The shared-memory segment when every rank runs on this host (and could
+  // map it), else null.
+  SharedSegment* shm() const { return shm_.get(); }
 
   // Runs one round of UCX progress; true if anything happened.
   bool Progress() { return ucp_worker_progress(worker_) != 0; }
@@ -130,6 +137,7 @@ class Worker {
   bool in_collective_ = false;
   bool failure_announced_ = false;
   int64_t spin_us_;
+  std::unique_ptr<SharedSegment> shm_;
 };
 
 // Adaptive waiting while an operation waits for peers: busy-polls first

@@ -1,0 +1,341 @@
+#include "comm_ucx/shm_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "comm_ucx/reduce_kernels.h"
+#include "comm_ucx/ring.h"
+#include "comm_ucx/shm_segment.h"
+#include "comm_ucx/tunables.h"
+
+namespace tpx::ucx {
+namespace {
+
+// Stages within one operation (ShmControl::stage = 4 * op + phase).
+constexpr uint64_t kPosted = 1;
+constexpr uint64_t kReduced = 2;
+constexpr uint64_t kFinished = 3;
+
+// Direct reads of a reduction go through a buffer this large, small enough
+// to stay in the core's cache until it is reduced.
+constexpr int64_t kDirectChunkBytes = 256 << 10;
+
+uint64_t HashCounts(const std::vector<int64_t>& counts) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
+  for (int64_t c : counts) {
+    h ^= static_cast<uint64_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// One operation through the segment: its number, the header this rank
+// posts and the checks of its peers' headers.
+class ShmOp {
+ public:
+  ShmOp(OpIo& io, const CollArgs& a)
+      : io_(io), a_(a), shm_(*io.shm()), op_(shm_.ops()), parity_(op_ & 1) {
+    shm_.NextOp();
+  }
+  int parity() const { return parity_; }
+  char* slot(int rank) { return shm_.slot(rank, parity_); }
+  const ShmHeader& header(int rank) { return shm_.control(rank).header[parity_]; }
+
+  // Publishes this rank's header and raises its stage to "posted".
+  void Post(int64_t count, uint64_t counts_hash, const void* send, const void* recv) {
+    ShmControl& c = shm_.control(io_.rank());
+    ShmHeader& h = c.header[parity_];
+    h.coll_seq = io_.seq();
+    h.kind = a_.kind;
+    h.dtype = a_.dtype;
+    h.op = a_.op;
+    h.count = count;
+    h.counts_hash = counts_hash;
+    h.send_addr = reinterpret_cast<uint64_t>(send);
+    h.recv_addr = reinterpret_cast<uint64_t>(recv);
+    c.last_coll.store(io_.seq() + 1, std::memory_order_relaxed);
+    Raise(kPosted);
+  }
+  void Raise(uint64_t phase) {
+    shm_.control(io_.rank()).stage.store(4 * op_ + phase, std::memory_order_release);
+  }
+  Status WaitFor(uint64_t phase) { return io_.WaitStage(4 * op_ + phase); }
+
+  // Waits for every peer's header and checks it against this rank's view:
+  // `expected_count(peer)` and the counts hash.
+  template <typename ExpectedCount>
+  Status WaitPeers(uint64_t counts_hash, ExpectedCount expected_count) {
+    TPX_PLUGIN_RETURN_IF_ERROR(WaitFor(kPosted));
+    const size_t esz = ElementSize(a_.dtype);
+    for (int peer = 0; peer < io_.size(); ++peer) {
+      if (peer == io_.rank()) continue;
+      const ShmHeader& h = header(peer);
+      auto who = [peer] { return "rank " + std::to_string(peer); };
+      if (h.coll_seq != io_.seq() || h.kind != static_cast<uint32_t>(a_.kind)) {
+        return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
+                        "collective mismatch: " + who() + " runs " +
+                            CollName(static_cast<tpx_coll_kind_t>(h.kind)) + " (collective " +
+                            std::to_string(h.coll_seq) + ") where rank " +
+                            std::to_string(io_.rank()) + " runs collective " +
+                            std::to_string(io_.seq()));
+      }
+      if (h.dtype != static_cast<uint32_t>(a_.dtype) || h.op != static_cast<uint32_t>(a_.op)) {
+        return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
+                        "dtype or reduction mismatch: " + who() + " posted dtype " +
+                            std::to_string(h.dtype) + " op " + std::to_string(h.op) +
+                            " where rank " + std::to_string(io_.rank()) + " has dtype " +
+                            std::to_string(a_.dtype) + " op " + std::to_string(a_.op));
+      }
+      const int64_t want = expected_count(peer);
+      if (h.count != want || h.counts_hash != counts_hash) {
+        return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
+                        "size mismatch: " + who() + " posted " + std::to_string(h.count * esz) +
+                            " bytes where rank " + std::to_string(io_.rank()) + " expected " +
+                            std::to_string(want * esz) +
+                            (h.counts_hash != counts_hash ? " or the per-rank counts differ" : "") +
+                            " (the ranks disagree on a count or shape)");
+      }
+    }
+    return Status();
+  }
+
+ private:
+  OpIo& io_;
+  const CollArgs& a_;
+  SharedSegment& shm_;
+  uint64_t op_;
+  int parity_;
+};
+
+// acc = inputs[0] (op) inputs[1] (op) ... left to right, in the
+// accumulation type; `acc` may alias inputs[0] when the types match.
+void Fold(tpx_dtype_t dtype, tpx_reduce_op_t op, const char* const* inputs, int num_inputs,
+          char* acc, int64_t count) {
+  if (count == 0) return;
+  int i = 1;
+  if (ElementSize(dtype) == AccElementSize(dtype) && num_inputs > 1) {
+    ReduceInto(dtype, op, acc, inputs[1], inputs[0], count);
+    i = 2;
+  } else {
+    ToAcc(dtype, inputs[0], acc, count);
+  }
+  for (; i < num_inputs; ++i) ReduceInto(dtype, op, acc, inputs[i], acc, count);
+}
+
+// Per-rank input pointers; on the stack for the usual world sizes.
+class Inputs {
+ public:
+  explicit Inputs(int n) : heap_(n > kStack ? n : 0), data_(n > kStack ? heap_.data() : stack_) {}
+  const char*& operator[](int i) { return data_[i]; }
+  const char* const* data() const { return data_; }
+
+ private:
+  static constexpr int kStack = 16;
+  const char* stack_[kStack];
+  std::vector<const char*> heap_;
+  const char** data_;
+};
+
+// The combination order of the UCX all-reduce for small buffers (recursive
+// doubling): pairs (0,1), (2,3), ... of the first 2*(n-p) ranks, then a
+// balanced tree over the p partial results. `acc` holds the result.
+void TreeReduce(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const char* const* inputs,
+                int n, char* acc, int64_t count) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  if (p == 1 || (p == 2 && rem == 0) || (p == 2 && rem == 1)) {
+    Fold(dtype, op, inputs, n, acc, count);  // ((x0 x1) x2) is the tree for n <= 3
+    return;
+  }
+  const size_t bytes = count * AccElementSize(dtype);
+  char* parts = io.scratch(Scratch::kTmp, (p - 1) * bytes);
+  auto part = [&](int v) { return v == 0 ? acc : parts + (v - 1) * bytes; };
+  for (int v = 0; v < p; ++v) {
+    if (v < rem) {
+      Fold(dtype, op, inputs + 2 * v, 2, part(v), count);
+    } else {
+      ToAcc(dtype, inputs[v + rem], part(v), count);
+    }
+  }
+  for (int m = 1; m < p; m *= 2) {
+    for (int v = 0; v < p; v += 2 * m) ReduceAcc(dtype, op, part(v), part(v + m), count);
+  }
+}
+
+bool SmallAllReduce(const CollArgs& a, int n) {
+  const size_t bytes = a.count * ElementSize(a.dtype);
+  const Tunables& t = GetTunables();
+  // Beyond two ranks, only where the UCX path reduces in the same (tree)
+  // order; with two, every order gives the same bits.
+  return bytes <= t.shm_bytes && (n == 2 || bytes <= t.small_bytes || a.count < n);
+}
+
+// Two ranks, larger buffers: each rank reads its half of the peer's input
+// (chunk by chunk, so the chunk is still in cache when it is reduced) and
+// reduces it into its own output, then reads the other half of the result
+// from the peer's output. One copy per half, no staging through the segment.
+Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
+  SharedSegment& shm = *io.shm();
+  const int r = io.rank(), peer = 1 - r;
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const Blocks blocks = EvenBlocks(a.count, 2);
+  ShmOp op(io, a);
+  op.Post(a.count, 0, a.send, a.recv);
+  TPX_PLUGIN_RETURN_IF_ERROR(op.WaitPeers(0, [&](int) { return a.count; }));
+  const uint64_t peer_send = op.header(peer).send_addr, peer_recv = op.header(peer).recv_addr;
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  const int64_t per_chunk = kDirectChunkBytes / esz;
+  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
+  char* acc = esz == asz ? nullptr : io.scratch(Scratch::kAcc, per_chunk * asz);
+  for (int64_t done = 0; done < blocks.counts[r]; done += per_chunk) {
+    const int64_t at = blocks.displs[r] + done;
+    const int64_t len = std::min(per_chunk, blocks.counts[r] - done);
+    Status read = shm.ReadPeer(peer, peer_send + at * esz, tmp, len * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+    if (acc == nullptr) {
+      ReduceInto(a.dtype, a.op, recv + at * esz, tmp, send + at * esz, len);
+      FromAcc(a.dtype, a.op, 2, recv + at * esz, recv + at * esz, len);
+    } else {
+      ToAcc(a.dtype, send + at * esz, acc, len);
+      ReduceInto(a.dtype, a.op, acc, tmp, acc, len);
+      FromAcc(a.dtype, a.op, 2, acc, recv + at * esz, len);
+    }
+  }
+  // Once the peer's half is reduced, it has also stopped reading this
+  // rank's input (which may be this rank's output: in place).
+  op.Raise(kReduced);
+  TPX_PLUGIN_RETURN_IF_ERROR(op.WaitFor(kReduced));
+  const int64_t at = blocks.displs[peer];
+  if (blocks.counts[peer] > 0) {
+    Status read = shm.ReadPeer(peer, peer_recv + at * esz, recv + at * esz,
+                               blocks.counts[peer] * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+  }
+  // The peer may still be reading this rank's output.
+  op.Raise(kFinished);
+  return op.WaitFor(kFinished);
+}
+
+}  // namespace
+
+bool ShmAllReduce(OpIo& io, const CollArgs& a, Status* status) {
+  if (io.shm() == nullptr) return false;
+  if (!SmallAllReduce(a, io.size())) {
+    if (io.size() != 2 || !io.shm()->cma()) return false;
+    *status = TwoRankDirectAllReduce(io, a);
+    return true;
+  }
+  const int n = io.size(), r = io.rank();
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const size_t bytes = a.count * esz;
+  ShmOp op(io, a);
+  std::memcpy(op.slot(r), a.send, bytes);
+  op.Post(a.count, 0, a.send, a.recv);
+  *status = op.WaitPeers(0, [&](int) { return a.count; });
+  if (!status->ok()) return true;
+  Inputs inputs(n);
+  for (int i = 0; i < n; ++i) inputs[i] = i == r ? static_cast<const char*>(a.send) : op.slot(i);
+  // Straight into the output where that cannot overwrite an input before
+  // it is read (with two ranks both are read in one pass).
+  const bool direct = esz == asz && n <= 3 && (n == 2 || a.send != a.recv);
+  char* acc = direct ? static_cast<char*>(a.recv) : io.scratch(Scratch::kAcc, a.count * asz);
+  TreeReduce(io, a.dtype, a.op, inputs.data(), n, acc, a.count);
+  FromAcc(a.dtype, a.op, n, acc, a.recv, a.count);
+  return true;
+}
+
+bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
+  SharedSegment* shm = io.shm();
+  if (shm == nullptr) return false;
+  const int n = io.size(), r = io.rank();
+  const size_t esz = ElementSize(a.dtype);
+  const int64_t largest = *std::max_element(a.recv_counts.begin(), a.recv_counts.end());
+  const bool small = largest * esz <= GetTunables().shm_bytes;
+  if (!small && !shm->cma()) return false;
+  char* recv = static_cast<char*>(a.recv);
+  const int64_t mine = a.recv_counts[r];
+  const uint64_t hash = HashCounts(a.recv_counts);
+  ShmOp op(io, a);
+  auto copy_own = [&] {
+    char* dst = recv + a.recv_displs[r] * esz;
+    if (mine > 0 && dst != a.send) std::memmove(dst, a.send, mine * esz);
+  };
+  if (small) {
+    if (mine > 0) std::memcpy(op.slot(r), a.send, mine * esz);
+    op.Post(mine, hash, a.send, a.recv);
+    copy_own();
+    *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
+    if (!status->ok()) return true;
+    for (int i = 1; i < n; ++i) {
+      const int peer = RankMod(r + i, n);
+      const int64_t c = a.recv_counts[peer];
+      if (c > 0) std::memcpy(recv + a.recv_displs[peer] * esz, op.slot(peer), c * esz);
+    }
+    return true;
+  }
+  // One copy per block, straight from each peer's send buffer.
+  op.Post(mine, hash, a.send, a.recv);
+  copy_own();
+  *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
+  if (!status->ok()) return true;
+  for (int i = 1; i < n; ++i) {
+    const int peer = RankMod(r + i, n);
+    const int64_t c = a.recv_counts[peer];
+    if (c == 0) continue;
+    Status read = shm->ReadPeer(peer, op.header(peer).send_addr, recv + a.recv_displs[peer] * esz,
+                                c * esz);
+    if (!read.ok()) {
+      *status = io.Fail(read.code(), read.message());
+      return true;
+    }
+  }
+  // Peers may still be reading this rank's send buffer.
+  op.Raise(kFinished);
+  *status = op.WaitFor(kFinished);
+  return true;
+}
+
+bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
+  if (io.shm() == nullptr) return false;
+  const int n = io.size(), r = io.rank();
+  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  int64_t total = 0;
+  for (int64_t c : a.send_counts) total += c;
+  const Tunables& t = GetTunables();
+  if (total * esz > t.shm_bytes) return false;
+  const Blocks packed = PackedBlocks(a.send_counts);
+  const uint64_t hash = HashCounts(a.send_counts);
+  ShmOp op(io, a);
+  // The slot holds the peers' blocks, packed in rank order (this rank
+  // reads its own block from `send`).
+  const char* send = static_cast<const char*>(a.send);
+  for (int b = 0; b < n; ++b) {
+    if (b != r && a.send_counts[b] > 0) {
+      std::memcpy(op.slot(r) + packed.displs[b] * esz, send + a.send_displs[b] * esz,
+                  a.send_counts[b] * esz);
+    }
+  }
+  op.Post(a.send_counts[r], hash, a.send, a.recv);
+  *status = op.WaitPeers(hash, [&](int peer) { return a.send_counts[peer]; });
+  if (!status->ok()) return true;
+  const int64_t mine = a.send_counts[r];
+  if (mine == 0) return true;
+  // The order of the UCX algorithm at this size: own block first, then the
+  // others by rank (direct messages, more than two ranks and small), else
+  // around the ring from rank r+1.
+  const bool direct_order = n > 2 && total * esz <= t.small_bytes;
+  Inputs inputs(n);
+  for (int j = 0; j < n; ++j) {
+    const int i = direct_order ? (j == 0 ? r : (j <= r ? j - 1 : j)) : RankMod(r + 1 + j, n);
+    inputs[j] = i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed.displs[r] * esz;
+  }
+  char* acc = io.scratch(Scratch::kAcc, mine * asz);
+  Fold(a.dtype, a.op, inputs.data(), n, acc, mine);
+  FromAcc(a.dtype, a.op, n, acc, a.recv, mine);
+  return true;
+}
+
+}  // namespace tpx::ucx
