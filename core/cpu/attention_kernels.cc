@@ -24,6 +24,7 @@
 // that consume them (as the composed bf16 ops do), and the tile accumulates
 // in f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
 // widened to f32 on packing and runs the f32 form.
+//
 // The blocking depends only on t and head_dim, so results do not depend on
 // the thread count or on how many heads a rank holds.
 #include <immintrin.h>
