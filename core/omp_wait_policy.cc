@@ -26,9 +26,12 @@
 // before any library initialises), a process whose environment names no
 // policy re-executes itself once with the chosen setting added. Nothing has
 // run yet at that point, so the second start is the only one that does work.
-// An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment wins (and
-// forked ranks inherit the parent's choice); if the re-exec fails (no /proc),
-// the program runs on with libgomp's default.
+// An explicit OMP_WAIT_POLICY or GOMP_SPINCOUNT in the environment wins.
+// Forked ranks inherit the parent's choice (libgomp is loaded already); a
+// program the chooser starts (fork + exec) chooses again for the load at its
+// own start, told apart from a user's setting by TPX_OMP_WAIT_AUTO
+// (OmpWaitSettingToApply). If the re-exec fails (no /proc), the program runs
+// on with libgomp's default.
 //
 //   cc_binary(name = "train", ..., deps = ["//core:omp_wait_policy", ...])
 #include "core/omp_wait_policy.h"
@@ -46,6 +49,19 @@ constexpr char kPassive[] = "OMP_WAIT_POLICY=PASSIVE";
 constexpr char kShortSpin[] = "GOMP_SPINCOUNT=10000";
 constexpr size_t kMaxEnvironment = 4096;
 
+bool StartsWith(const char* s, const char* prefix) {
+  return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+bool IsSetting(const char* entry) {
+  return StartsWith(entry, "OMP_WAIT_POLICY=") || StartsWith(entry, "GOMP_SPINCOUNT=");
+}
+// Points past "TPX_OMP_WAIT_AUTO=" in entry, or nullptr.
+const char* AutoValue(const char* entry) {
+  const size_t n = std::strlen(kOmpWaitAutoVariable);
+  return std::strncmp(entry, kOmpWaitAutoVariable, n) == 0 && entry[n] == '=' ? entry + n + 1
+                                                                             : nullptr;
+}
+
 // Parses an unsigned decimal (with an optional fraction) at *p, advancing it.
 double ParseNumber(const char** p) {
   double v = 0;
@@ -57,23 +73,40 @@ double ParseNumber(const char** p) {
   return v;
 }
 
-char* new_environment[kMaxEnvironment + 2];  // static: no allocation this early
+// Static: no allocation this early.
+char* new_environment[kMaxEnvironment + 3];
+char auto_entry[96];
 
 void SetDefaultOmpWaitPolicy(int, char** argv, char** envp) {
   if (argv == nullptr || envp == nullptr) return;
-  size_t n = 0;
-  for (; envp[n] != nullptr; ++n) {
-    if (std::strncmp(envp[n], "OMP_WAIT_POLICY=", 16) == 0 ||
-        std::strncmp(envp[n], "GOMP_SPINCOUNT=", 15) == 0) {
-      return;
-    }
-    if (n >= kMaxEnvironment) return;
-    new_environment[n] = envp[n];
-  }
   HostLoad load;
   const bool known = ReadHostLoad(&load);
-  new_environment[n] = const_cast<char*>(known ? OmpWaitSettingFor(load) : kShortSpin);
-  new_environment[n + 1] = nullptr;
+  const long pid = static_cast<long>(getpid());
+  const char* setting = OmpWaitSettingToApply(envp, pid, known ? &load : nullptr);
+  if (setting == nullptr) return;
+  // "TPX_OMP_WAIT_AUTO=<pid>:<setting>", written without snprintf.
+  char digits[24];
+  int nd = 0;
+  for (long v = pid; nd == 0 || v > 0; v /= 10) digits[nd++] = static_cast<char>('0' + v % 10);
+  size_t len = 0;
+  auto append = [&](const char* s) {
+    for (; *s != '\0' && len + 1 < sizeof(auto_entry); ++s) auto_entry[len++] = *s;
+  };
+  append(kOmpWaitAutoVariable);
+  append("=");
+  while (nd > 0 && len + 1 < sizeof(auto_entry)) auto_entry[len++] = digits[--nd];
+  append(":");
+  append(setting);
+  auto_entry[len] = '\0';
+  size_t n = 0;
+  for (char** e = envp; *e != nullptr; ++e) {
+    if (IsSetting(*e) || AutoValue(*e) != nullptr) continue;
+    if (n >= kMaxEnvironment) return;
+    new_environment[n++] = *e;
+  }
+  new_environment[n] = const_cast<char*>(setting);
+  new_environment[n + 1] = auto_entry;
+  new_environment[n + 2] = nullptr;
   execve("/proc/self/exe", argv, new_environment);
 }
 
@@ -81,6 +114,30 @@ __attribute__((section(".preinit_array"), used)) void (*const kSetDefaultOmpWait
     int, char**, char**) = &SetDefaultOmpWaitPolicy;
 
 }  // namespace
+
+const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostLoad* load) {
+  const char* setting = nullptr;
+  const char* auto_value = nullptr;
+  int settings = 0;
+  for (const char* const* e = envp; *e != nullptr; ++e) {
+    if (IsSetting(*e)) {
+      setting = *e;
+      ++settings;
+    } else if (const char* v = AutoValue(*e); v != nullptr) {
+      auto_value = v;
+    }
+  }
+  const char* chosen = load != nullptr ? OmpWaitSettingFor(*load) : kShortSpin;
+  if (settings == 0) return chosen;
+  // "<pid>:<setting>" naming the one setting present: an automatic choice.
+  if (settings > 1 || auto_value == nullptr) return nullptr;
+  const char* colon = std::strchr(auto_value, ':');
+  if (colon == nullptr || std::strcmp(colon + 1, setting) != 0) return nullptr;
+  const char* p = auto_value;
+  const double chooser = ParseNumber(&p);
+  if (p != colon || chooser == static_cast<double>(pid)) return nullptr;
+  return std::strcmp(chosen, setting) == 0 ? nullptr : chosen;
+}
 
 const char* OmpWaitSettingFor(const HostLoad& load) {
   const int cpus = load.cpus < 1 ? 1 : load.cpus;

@@ -1,7 +1,14 @@
 #include "core/omp_wait_policy.h"
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -25,6 +32,63 @@ TEST(OmpWaitPolicyTest, BusyHostSleepsAtOnceQuietHostSpinsBriefly) {
                "OMP_WAIT_POLICY=PASSIVE");
 }
 
+constexpr HostLoad kQuiet{.load_1min = 0.2, .runnable = 0, .cpus = 2};
+constexpr HostLoad kBusy{.load_1min = 3.0, .runnable = 3, .cpus = 2};
+
+const char* Apply(std::vector<const char*> env, long pid, const HostLoad* load) {
+  env.push_back(nullptr);
+  return OmpWaitSettingToApply(env.data(), pid, load);
+}
+
+TEST(OmpWaitPolicyTest, NoSettingGetsTheLoadsChoice) {
+  EXPECT_STREQ(Apply({"PATH=/bin"}, 7, &kQuiet), "GOMP_SPINCOUNT=10000");
+  EXPECT_STREQ(Apply({"PATH=/bin"}, 7, &kBusy), "OMP_WAIT_POLICY=PASSIVE");
+  EXPECT_STREQ(Apply({}, 7, nullptr), "GOMP_SPINCOUNT=10000");
+  // A marker alone (its setting was removed) does not count as a setting.
+  EXPECT_STREQ(Apply({"TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=10000"}, 7, &kBusy),
+               "OMP_WAIT_POLICY=PASSIVE");
+}
+
+TEST(OmpWaitPolicyTest, UsersSettingStands) {
+  for (const char* user : {"OMP_WAIT_POLICY=ACTIVE", "OMP_WAIT_POLICY=PASSIVE",
+                           "GOMP_SPINCOUNT=300000", "GOMP_SPINCOUNT=10000"}) {
+    EXPECT_EQ(Apply({user}, 7, &kBusy), nullptr) << user;
+    EXPECT_EQ(Apply({user}, 7, &kQuiet), nullptr) << user;
+    // A marker naming another setting: the user replaced the inherited choice.
+    EXPECT_EQ(Apply({user, "TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=1"}, 7, &kBusy), nullptr) << user;
+  }
+  // A user's entry beside an inherited automatic one.
+  EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "OMP_WAIT_POLICY=ACTIVE",
+                   "TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=10000"},
+                  7, &kBusy),
+            nullptr);
+  // A malformed marker proves nothing: the setting stands.
+  EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=GOMP_SPINCOUNT=10000"}, 7, &kBusy),
+            nullptr);
+  EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=x5:GOMP_SPINCOUNT=10000"}, 7,
+                  &kBusy),
+            nullptr);
+}
+
+TEST(OmpWaitPolicyTest, InheritedAutomaticChoiceIsMadeAgain) {
+  // Chosen by process 5 on a quiet host; process 7 starts on a busy one.
+  EXPECT_STREQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=10000"}, 7,
+                     &kBusy),
+               "OMP_WAIT_POLICY=PASSIVE");
+  EXPECT_STREQ(Apply({"OMP_WAIT_POLICY=PASSIVE", "TPX_OMP_WAIT_AUTO=5:OMP_WAIT_POLICY=PASSIVE"},
+                     7, &kQuiet),
+               "GOMP_SPINCOUNT=10000");
+  // The same choice again: nothing to change.
+  EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=10000"}, 7,
+                  &kQuiet),
+            nullptr);
+  // This process's own choice, made before it re-executed itself, stands
+  // whatever the load is now (no second re-exec).
+  EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=7:GOMP_SPINCOUNT=10000"}, 7,
+                  &kBusy),
+            nullptr);
+}
+
 TEST(OmpWaitPolicyTest, ReadsThisHostsLoad) {
   HostLoad load;
   ASSERT_TRUE(ReadHostLoad(&load));
@@ -34,16 +98,102 @@ TEST(OmpWaitPolicyTest, ReadsThisHostsLoad) {
 }
 
 // The test binary links //core:omp_wait_policy, so unless the environment
-// chose a policy, exactly one of the two settings was added before main.
+// chose a policy, exactly one of the two settings was added before main,
+// with the marker naming this process and that setting.
 TEST(OmpWaitPolicyTest, SettingIsChosenBeforeMain) {
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");
+  const char* marker = std::getenv(kOmpWaitAutoVariable);
   const std::string p = policy ? policy : "", s = spin ? spin : "";
-  if ((policy != nullptr && p != "PASSIVE") || (spin != nullptr && s != "10000") ||
-      (policy != nullptr && spin != nullptr)) {
+  if (marker == nullptr) {
     GTEST_SKIP() << "the environment chose OMP_WAIT_POLICY=" << p << " GOMP_SPINCOUNT=" << s;
   }
-  EXPECT_TRUE(p == "PASSIVE" || s == "10000");
+  ASSERT_TRUE((p == "PASSIVE" && spin == nullptr) || (s == "10000" && policy == nullptr))
+      << "OMP_WAIT_POLICY=" << p << " GOMP_SPINCOUNT=" << s;
+  const std::string setting = policy ? "OMP_WAIT_POLICY=PASSIVE" : "GOMP_SPINCOUNT=10000";
+  EXPECT_EQ(std::string(marker), std::to_string(getpid()) + ":" + setting);
+}
+
+// Runs this test binary again with `env` as its whole environment, only the
+// ReportEnvironment test selected, and returns what that child saw
+// ("OMP_WAIT_POLICY=... GOMP_SPINCOUNT=... marker=..." or "" on failure).
+std::string ChildSees(std::vector<std::string> env) {
+  const std::string report =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/omp_wait_child_" + std::to_string(getpid()) + ".txt";
+  std::remove(report.c_str());
+  env.push_back("OMP_WAIT_TEST_REPORT=" + report);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string filter = "--gtest_filter=OmpWaitPolicyTest.ReportEnvironment";
+  char* argv[] = {filter.data(), filter.data(), nullptr};
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return "";
+  exe[n] = '\0';
+  argv[0] = exe;
+  const pid_t child = fork();
+  if (child == 0) {
+    const int quiet = open("/dev/null", O_WRONLY);
+    if (quiet >= 0) dup2(quiet, STDOUT_FILENO);
+    execve(exe, argv, envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    return "";
+  }
+  std::ifstream in(report);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The child side of ChildSees (skipped when run on its own).
+TEST(OmpWaitPolicyTest, ReportEnvironment) {
+  const char* report = std::getenv("OMP_WAIT_TEST_REPORT");
+  if (report == nullptr) GTEST_SKIP() << "runs as ChildSees's child";
+  auto get = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "-");
+  };
+  std::ofstream out(report);
+  out << "OMP_WAIT_POLICY=" << get("OMP_WAIT_POLICY") << " GOMP_SPINCOUNT="
+      << get("GOMP_SPINCOUNT") << " marker=" << get(kOmpWaitAutoVariable);
+  ASSERT_TRUE(out.good());
+}
+
+// Real processes: an explicit setting reaches the program untouched, and a
+// setting inherited from another process's automatic choice is made again
+// (with a marker naming the child itself).
+TEST(OmpWaitPolicyTest, ExplicitSettingsReachTheProgram) {
+  EXPECT_EQ(ChildSees({"OMP_WAIT_POLICY=ACTIVE"}),
+            "OMP_WAIT_POLICY=ACTIVE GOMP_SPINCOUNT=- marker=-");
+  EXPECT_EQ(ChildSees({"GOMP_SPINCOUNT=300000"}),
+            "OMP_WAIT_POLICY=- GOMP_SPINCOUNT=300000 marker=-");
+  EXPECT_EQ(ChildSees({"OMP_WAIT_POLICY=PASSIVE", "TPX_OMP_WAIT_AUTO=1:GOMP_SPINCOUNT=10000"}),
+            "OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=- marker=1:GOMP_SPINCOUNT=10000");
+  const std::string fresh = ChildSees({});
+  EXPECT_TRUE(fresh.rfind("OMP_WAIT_POLICY=PASSIVE GOMP_SPINCOUNT=- marker=", 0) == 0 ||
+              fresh.rfind("OMP_WAIT_POLICY=- GOMP_SPINCOUNT=10000 marker=", 0) == 0)
+      << fresh;
+  // Inherited from process 1: chosen again here, so the marker names the
+  // child (not 1) and the setting it names.
+  const std::string inherited =
+      ChildSees({"OMP_WAIT_POLICY=PASSIVE", "TPX_OMP_WAIT_AUTO=1:OMP_WAIT_POLICY=PASSIVE"});
+  const bool passive = inherited.rfind("OMP_WAIT_POLICY=PASSIVE ", 0) == 0;
+  const bool spin = inherited.rfind("OMP_WAIT_POLICY=- GOMP_SPINCOUNT=10000 ", 0) == 0;
+  ASSERT_TRUE(passive || spin) << inherited;
+  // Kept as is when the load still says PASSIVE (marker of process 1), else
+  // re-chosen by the child.
+  if (spin) {
+    EXPECT_EQ(inherited.find("marker=1:"), std::string::npos) << inherited;
+    EXPECT_NE(inherited.find(":GOMP_SPINCOUNT=10000"), std::string::npos) << inherited;
+  } else {
+    EXPECT_NE(inherited.find("marker=1:OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << inherited;
+  }
 }
 
 }  // namespace
