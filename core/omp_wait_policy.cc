@@ -17,7 +17,12 @@
 // spins (~0.2 ms, longer than the gaps between a step's back-to-back
 // kernels) keep the team hot. So the setting follows the host: PASSIVE when
 // it is busy at start, else 10,000 spins (OmpWaitSettingFor in
-// core/omp_wait_policy.h).
+// core/omp_wait_policy.h). "Busy" is what the program's threads would meet:
+// the tasks runnable now (median of a few samples) plus the program's
+// threads exceed the CPUs; one busy task beside a 2-thread team on 2 cores
+// is contention (measured: spinning then lost ~90%, bench:gpt --contend=1).
+// The 1-minute load average is not used: it lags, so it misses a competitor
+// that just started and counts this program's own previous run as load.
 //
 // libgomp reads its settings once, when it is loaded, before any static
 // constructor of the program runs, and the C library only takes its
@@ -38,8 +43,10 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace tpx {
@@ -127,7 +134,18 @@ const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostL
       auto_value = v;
     }
   }
-  const char* chosen = load != nullptr ? OmpWaitSettingFor(*load) : kShortSpin;
+  const char* chosen = kShortSpin;
+  if (load != nullptr) {
+    HostLoad with_threads = *load;
+    for (const char* const* e = envp; with_threads.threads == 0 && *e != nullptr; ++e) {
+      if (StartsWith(*e, "TPX_NUM_THREADS=")) {
+        const char* p = *e + 16;
+        const double n = ParseNumber(&p);
+        if (*p == '\0' && n >= 1 && n < 1e6) with_threads.threads = static_cast<int>(n);
+      }
+    }
+    chosen = OmpWaitSettingFor(with_threads);
+  }
   if (settings == 0) return chosen;
   // "<pid>:<setting>" naming the one setting present: an automatic choice.
   if (settings > 1 || auto_value == nullptr) return nullptr;
@@ -141,26 +159,36 @@ const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostL
 
 const char* OmpWaitSettingFor(const HostLoad& load) {
   const int cpus = load.cpus < 1 ? 1 : load.cpus;
-  return load.load_1min >= cpus || load.runnable >= cpus ? kPassive : kShortSpin;
+  const int threads = load.threads < 1 || load.threads > cpus ? cpus : load.threads;
+  return load.runnable + threads > cpus ? kPassive : kShortSpin;
 }
 
 bool ReadHostLoad(HostLoad* load) {
   // "0.76 1.35 1.11 3/141 1234": 1, 5, 15-minute loads, runnable/total.
-  const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char buf[128];
-  const ssize_t got = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (got <= 0) return false;
-  buf[got] = '\0';
-  const char* p = buf;
-  load->load_1min = ParseNumber(&p);
-  for (int field = 0; field < 3 && *p != '\0'; ++p) {
-    if (*p == ' ') ++field;
+  constexpr int kSamples = 5;
+  int runnable[kSamples];
+  for (int i = 0; i < kSamples; ++i) {
+    if (i > 0) {
+      const timespec pause{0, 2'000'000};
+      nanosleep(&pause, nullptr);
+    }
+    const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[128];
+    const ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (got <= 0) return false;
+    buf[got] = '\0';
+    const char* p = buf;
+    load->load_1min = ParseNumber(&p);
+    for (int field = 0; field < 3 && *p != '\0'; ++p) {
+      if (*p == ' ') ++field;
+    }
+    // This process is running, so it is one of the runnable ones.
+    runnable[i] = static_cast<int>(ParseNumber(&p)) - 1;
   }
-  // This process is running, so it is one of the runnable ones.
-  const int runnable = static_cast<int>(ParseNumber(&p)) - 1;
-  load->runnable = runnable < 0 ? 0 : runnable;
+  std::sort(runnable, runnable + kSamples);
+  load->runnable = std::max(0, runnable[kSamples / 2]);
   cpu_set_t set;
   load->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   return true;

@@ -2,22 +2,26 @@
 // threads spin before they sleep, from how busy the host is when the program
 // starts. Exposed for tests and logs; programs only link the library.
 //
-//   const char* s = OmpWaitSettingFor({.load_1min = 3.5, .runnable = 4, .cpus = 2});
-//   // "OMP_WAIT_POLICY=PASSIVE"
+//   const char* s = OmpWaitSettingFor({.runnable = 1, .cpus = 2});
+//   // "OMP_WAIT_POLICY=PASSIVE": 1 busy task + 2 threads on 2 CPUs
 #ifndef TPX_CORE_OMP_WAIT_POLICY_H_
 #define TPX_CORE_OMP_WAIT_POLICY_H_
 
 namespace tpx {
 
 struct HostLoad {
-  double load_1min = 0;  // /proc/loadavg's first field
-  int runnable = 0;      // runnable tasks now, this one excluded
-  int cpus = 1;          // CPUs this process may run on
+  // /proc/loadavg's first field. For logs only: it lags by a minute and
+  // counts this program's own previous runs.
+  double load_1min = 0;
+  int runnable = 0;  // other tasks runnable now (median of a few samples)
+  int cpus = 1;      // CPUs this process may run on
+  int threads = 0;   // this program's compute threads; 0: one per CPU
 };
 
-// "OMP_WAIT_POLICY=PASSIVE" (sleep at once) when the host is busy: the
-// 1-minute load or the tasks runnable now reach the CPU count; otherwise
-// "GOMP_SPINCOUNT=10000" (spin ~0.2 ms, then sleep).
+// "OMP_WAIT_POLICY=PASSIVE" (sleep at once) when the other runnable tasks
+// and this program's threads together exceed the CPUs: then a thread of a
+// team waits for a core, and its spinning team-mates hold the cores it
+// waits for. Otherwise "GOMP_SPINCOUNT=10000" (spin ~0.2 ms, then sleep).
 const char* OmpWaitSettingFor(const HostLoad& load);
 
 // The variable the automatic choice adds beside its setting, valued
@@ -33,12 +37,14 @@ inline constexpr char kOmpWaitAutoVariable[] = "TPX_OMP_WAIT_AUTO";
 // name, or both entries) or when this process chose it before re-executing
 // itself. A setting a parent chose automatically is chosen again for this
 // process's host load (the host may have got busier since), and nullptr is
-// returned when the choice is the same. load nullptr: the load is unknown
-// (then GOMP_SPINCOUNT=10000).
+// returned when the choice is the same. The program's threads are
+// TPX_NUM_THREADS from envp where load->threads is 0. load nullptr: the load
+// is unknown (then GOMP_SPINCOUNT=10000).
 const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostLoad* load);
 
-// The host's load now, from /proc/loadavg and the affinity mask; false when
-// it cannot be read. Async-signal-safe (no allocation): usable before any
+// The host's load now, from /proc/loadavg (runnable: the median of 5
+// samples ~2 ms apart, so that a blip of a daemon does not count) and the
+// affinity mask; threads is left 0. False when it cannot be read. Async-signal-safe (no allocation): usable before any
 // library initialises.
 bool ReadHostLoad(HostLoad* load);
 

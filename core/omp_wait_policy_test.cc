@@ -15,25 +15,35 @@
 namespace tpx {
 namespace {
 
-TEST(OmpWaitPolicyTest, BusyHostSleepsAtOnceQuietHostSpinsBriefly) {
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 0.3, .runnable = 0, .cpus = 2}),
+TEST(OmpWaitPolicyTest, ContendedHostSleepsAtOnceQuietHostSpinsBriefly) {
+  // 2 CPUs, a team of 2 (threads 0: one per CPU).
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 0, .cpus = 2}), "GOMP_SPINCOUNT=10000");
+  // One busy task beside the team: a thread waits for a core.
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 1, .cpus = 2}), "OMP_WAIT_POLICY=PASSIVE");
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 5, .cpus = 2}), "OMP_WAIT_POLICY=PASSIVE");
+  // A high load average alone (e.g. this program's previous run) is no
+  // contention now.
+  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 7.0, .runnable = 0, .cpus = 2}),
                "GOMP_SPINCOUNT=10000");
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 1.9, .runnable = 1, .cpus = 2}),
+  // Fewer threads than CPUs leave room for other tasks.
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 1, .cpus = 2, .threads = 1}),
                "GOMP_SPINCOUNT=10000");
-  // A busy average or a burst of runnable tasks now.
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 2.0, .runnable = 0, .cpus = 2}),
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 2, .cpus = 2, .threads = 1}),
                "OMP_WAIT_POLICY=PASSIVE");
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 0.1, .runnable = 2, .cpus = 2}),
-               "OMP_WAIT_POLICY=PASSIVE");
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 7.0, .runnable = 3, .cpus = 16}),
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 3, .cpus = 16, .threads = 8}),
                "GOMP_SPINCOUNT=10000");
-  // A nonsensical CPU count counts as one CPU.
-  EXPECT_STREQ(OmpWaitSettingFor({.load_1min = 1.0, .runnable = 0, .cpus = 0}),
-               "OMP_WAIT_POLICY=PASSIVE");
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 3, .cpus = 16}), "OMP_WAIT_POLICY=PASSIVE");
+  // More threads than CPUs count as one per CPU; a nonsensical CPU count as
+  // one CPU.
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 0, .cpus = 2, .threads = 8}),
+               "GOMP_SPINCOUNT=10000");
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 0, .cpus = 0}), "GOMP_SPINCOUNT=10000");
+  EXPECT_STREQ(OmpWaitSettingFor({.runnable = 1, .cpus = 0}), "OMP_WAIT_POLICY=PASSIVE");
 }
 
 constexpr HostLoad kQuiet{.load_1min = 0.2, .runnable = 0, .cpus = 2};
 constexpr HostLoad kBusy{.load_1min = 3.0, .runnable = 3, .cpus = 2};
+constexpr HostLoad kOneBusyTask{.runnable = 1, .cpus = 4};
 
 const char* Apply(std::vector<const char*> env, long pid, const HostLoad* load) {
   env.push_back(nullptr);
@@ -47,6 +57,22 @@ TEST(OmpWaitPolicyTest, NoSettingGetsTheLoadsChoice) {
   // A marker alone (its setting was removed) does not count as a setting.
   EXPECT_STREQ(Apply({"TPX_OMP_WAIT_AUTO=5:GOMP_SPINCOUNT=10000"}, 7, &kBusy),
                "OMP_WAIT_POLICY=PASSIVE");
+}
+
+TEST(OmpWaitPolicyTest, ThreadsComeFromTpxNumThreads) {
+  // 4 CPUs, one busy task: a team of 4 meets it, a team of 2 does not.
+  EXPECT_STREQ(Apply({}, 7, &kOneBusyTask), "OMP_WAIT_POLICY=PASSIVE");
+  EXPECT_STREQ(Apply({"TPX_NUM_THREADS=2"}, 7, &kOneBusyTask), "GOMP_SPINCOUNT=10000");
+  EXPECT_STREQ(Apply({"TPX_NUM_THREADS=4"}, 7, &kOneBusyTask), "OMP_WAIT_POLICY=PASSIVE");
+  // Malformed counts are ignored (one thread per CPU).
+  for (const char* bad : {"TPX_NUM_THREADS=", "TPX_NUM_THREADS=2x", "TPX_NUM_THREADS=0",
+                          "TPX_NUM_THREADS=-2"}) {
+    EXPECT_STREQ(Apply({bad}, 7, &kOneBusyTask), "OMP_WAIT_POLICY=PASSIVE") << bad;
+  }
+  // The load's own thread count wins.
+  HostLoad two = kOneBusyTask;
+  two.threads = 2;
+  EXPECT_STREQ(Apply({"TPX_NUM_THREADS=4"}, 7, &two), "GOMP_SPINCOUNT=10000");
 }
 
 TEST(OmpWaitPolicyTest, UsersSettingStands) {
@@ -95,6 +121,7 @@ TEST(OmpWaitPolicyTest, ReadsThisHostsLoad) {
   EXPECT_GE(load.load_1min, 0.0);
   EXPECT_GE(load.runnable, 0);
   EXPECT_GE(load.cpus, 1);
+  EXPECT_EQ(load.threads, 0);
 }
 
 // The test binary links //core:omp_wait_policy, so unless the environment
