@@ -86,10 +86,8 @@ char auto_entry[96];
 
 void SetDefaultOmpWaitPolicy(int, char** argv, char** envp) {
   if (argv == nullptr || envp == nullptr) return;
-  HostLoad load;
-  const bool known = ReadHostLoad(&load);
   const long pid = static_cast<long>(getpid());
-  const char* setting = OmpWaitSettingToApply(envp, pid, known ? &load : nullptr);
+  const char* setting = OmpWaitSettingToApply(envp, pid, &ReadHostLoad);
   if (setting == nullptr) return;
   // "TPX_OMP_WAIT_AUTO=<pid>:<setting>", written without snprintf.
   char digits[24];
@@ -122,7 +120,8 @@ __attribute__((section(".preinit_array"), used)) void (*const kSetDefaultOmpWait
 
 }  // namespace
 
-const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostLoad* load) {
+const char* OmpWaitSettingToApply(const char* const* envp, long pid,
+                                  bool (*read_load)(HostLoad*)) {
   const char* setting = nullptr;
   const char* auto_value = nullptr;
   int settings = 0;
@@ -134,27 +133,29 @@ const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostL
       auto_value = v;
     }
   }
+  if (settings > 0) {
+    // Only "<pid>:<setting>" of another process, naming the one setting
+    // present, is an automatic choice to make again.
+    if (settings > 1 || auto_value == nullptr) return nullptr;
+    const char* colon = std::strchr(auto_value, ':');
+    if (colon == nullptr || std::strcmp(colon + 1, setting) != 0) return nullptr;
+    const char* p = auto_value;
+    const double chooser = ParseNumber(&p);
+    if (p != colon || chooser == static_cast<double>(pid)) return nullptr;
+  }
+  HostLoad load;
   const char* chosen = kShortSpin;
-  if (load != nullptr) {
-    HostLoad with_threads = *load;
-    for (const char* const* e = envp; with_threads.threads == 0 && *e != nullptr; ++e) {
+  if (read_load(&load)) {
+    for (const char* const* e = envp; load.threads == 0 && *e != nullptr; ++e) {
       if (StartsWith(*e, "TPX_NUM_THREADS=")) {
         const char* p = *e + 16;
         const double n = ParseNumber(&p);
-        if (*p == '\0' && n >= 1 && n < 1e6) with_threads.threads = static_cast<int>(n);
+        if (*p == '\0' && n >= 1 && n < 1e6) load.threads = static_cast<int>(n);
       }
     }
-    chosen = OmpWaitSettingFor(with_threads);
+    chosen = OmpWaitSettingFor(load);
   }
-  if (settings == 0) return chosen;
-  // "<pid>:<setting>" naming the one setting present: an automatic choice.
-  if (settings > 1 || auto_value == nullptr) return nullptr;
-  const char* colon = std::strchr(auto_value, ':');
-  if (colon == nullptr || std::strcmp(colon + 1, setting) != 0) return nullptr;
-  const char* p = auto_value;
-  const double chooser = ParseNumber(&p);
-  if (p != colon || chooser == static_cast<double>(pid)) return nullptr;
-  return std::strcmp(chosen, setting) == 0 ? nullptr : chosen;
+  return setting != nullptr && std::strcmp(chosen, setting) == 0 ? nullptr : chosen;
 }
 
 const char* OmpWaitSettingFor(const HostLoad& load) {

@@ -35,12 +35,14 @@ inline constexpr char kOmpWaitAutoVariable[] = "TPX_OMP_WAIT_AUTO";
 // environment's own stands. It stands when a user chose it (an
 // OMP_WAIT_POLICY or GOMP_SPINCOUNT entry that kOmpWaitAutoVariable does not
 // name, or both entries) or when this process chose it before re-executing
-// itself. A setting a parent chose automatically is chosen again for this
-// process's host load (the host may have got busier since), and nullptr is
-// returned when the choice is the same. The program's threads are
-// TPX_NUM_THREADS from envp where load->threads is 0. load nullptr: the load
-// is unknown (then GOMP_SPINCOUNT=10000).
-const char* OmpWaitSettingToApply(const char* const* envp, long pid, const HostLoad* load);
+// itself. A setting another process chose automatically is chosen again for
+// this process's start (the host may have got busier since), and nullptr is
+// returned when the choice is the same. read_load (e.g. ReadHostLoad) is
+// called only when a choice is made; the program's threads are
+// TPX_NUM_THREADS from envp where it leaves them 0; when it fails, the
+// choice is GOMP_SPINCOUNT=10000.
+const char* OmpWaitSettingToApply(const char* const* envp, long pid,
+                                  bool (*read_load)(HostLoad*));
 
 // The host's load now, from /proc/loadavg (runnable: the median of 5
 // samples ~2 ms apart, so that a blip of a daemon does not count) and the

@@ -45,9 +45,21 @@ constexpr HostLoad kQuiet{.load_1min = 0.2, .runnable = 0, .cpus = 2};
 constexpr HostLoad kBusy{.load_1min = 3.0, .runnable = 3, .cpus = 2};
 constexpr HostLoad kOneBusyTask{.runnable = 1, .cpus = 4};
 
+// The load the fake reader reports (nullptr: it fails) and how often it
+// was asked.
+const HostLoad* fake_load = nullptr;
+int load_reads = 0;
+bool ReadFakeLoad(HostLoad* load) {
+  ++load_reads;
+  if (fake_load == nullptr) return false;
+  *load = *fake_load;
+  return true;
+}
+
 const char* Apply(std::vector<const char*> env, long pid, const HostLoad* load) {
   env.push_back(nullptr);
-  return OmpWaitSettingToApply(env.data(), pid, load);
+  fake_load = load;
+  return OmpWaitSettingToApply(env.data(), pid, &ReadFakeLoad);
 }
 
 TEST(OmpWaitPolicyTest, NoSettingGetsTheLoadsChoice) {
@@ -76,6 +88,7 @@ TEST(OmpWaitPolicyTest, ThreadsComeFromTpxNumThreads) {
 }
 
 TEST(OmpWaitPolicyTest, UsersSettingStands) {
+  load_reads = 0;
   for (const char* user : {"OMP_WAIT_POLICY=ACTIVE", "OMP_WAIT_POLICY=PASSIVE",
                            "GOMP_SPINCOUNT=300000", "GOMP_SPINCOUNT=10000"}) {
     EXPECT_EQ(Apply({user}, 7, &kBusy), nullptr) << user;
@@ -94,6 +107,8 @@ TEST(OmpWaitPolicyTest, UsersSettingStands) {
   EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=x5:GOMP_SPINCOUNT=10000"}, 7,
                   &kBusy),
             nullptr);
+  // Nothing to choose, so the load (~10 ms of sampling) was never read.
+  EXPECT_EQ(load_reads, 0);
 }
 
 TEST(OmpWaitPolicyTest, InheritedAutomaticChoiceIsMadeAgain) {
@@ -109,10 +124,16 @@ TEST(OmpWaitPolicyTest, InheritedAutomaticChoiceIsMadeAgain) {
                   &kQuiet),
             nullptr);
   // This process's own choice, made before it re-executed itself, stands
-  // whatever the load is now (no second re-exec).
+  // whatever the load is now (no second re-exec, no second load reading).
+  load_reads = 0;
   EXPECT_EQ(Apply({"GOMP_SPINCOUNT=10000", "TPX_OMP_WAIT_AUTO=7:GOMP_SPINCOUNT=10000"}, 7,
                   &kBusy),
             nullptr);
+  EXPECT_EQ(load_reads, 0);
+  // An unreadable load: the quiet host's setting.
+  EXPECT_STREQ(Apply({"OMP_WAIT_POLICY=PASSIVE", "TPX_OMP_WAIT_AUTO=5:OMP_WAIT_POLICY=PASSIVE"},
+                     7, nullptr),
+               "GOMP_SPINCOUNT=10000");
 }
 
 TEST(OmpWaitPolicyTest, ReadsThisHostsLoad) {
