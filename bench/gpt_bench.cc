@@ -23,13 +23,14 @@
 // Shared hosts: --contend=N starts N busy-loop processes for the duration of
 // each tpx measurement (killed after it, and bounded: they die with this
 // process and after --contend_limit_s). --wait_policies=auto,passive,spin
-// measures, instead of the above, tpx at TP=1 with 2 threads once per
+// measures, instead of the above, tpx at TP=1 (all cores) once per
 // OpenMP wait policy, each in a fresh process (libgomp reads its settings
 // when it loads) started after the contenders: auto = the choice of
 // //core:omp_wait_policy for the load it sees at start; passive =
 // OMP_WAIT_POLICY=PASSIVE; spin = libgomp's default spinning, given
 // explicitly as GOMP_SPINCOUNT=300000 so that no automatic choice replaces
-// it; spincount=N = GOMP_SPINCOUNT=N. The policies alternate over --rounds;
+// it; spincount=N = GOMP_SPINCOUNT=N. The policies alternate over --rounds
+// (each round starting one policy later);
 // a "gpt_wait_policy" line per policy gives the median tokens/s and its
 // ratio to the best fixed (non-auto) policy:
 //   {"bench":"gpt_wait_policy","wait_policy":"auto","contenders":1,"rounds":3,
@@ -78,7 +79,7 @@ ABSL_FLAG(int, contend, 0,
           "and killed after it.");
 ABSL_FLAG(int, contend_limit_s, 1800, "A contender exits on its own after this many seconds.");
 ABSL_FLAG(std::string, wait_policies, "",
-          "Measure tpx TP=1 (2 threads) under each OpenMP wait policy instead: a list of auto, "
+          "Measure tpx TP=1 (all cores) under each OpenMP wait policy instead: a list of auto, "
           "passive, spin, spincount=N.");
 ABSL_FLAG(int, rounds, 1, "Rounds of --wait_policies, the policies alternating (1-100).");
 
@@ -139,9 +140,15 @@ class Contenders {
         volatile uint64_t spin = 0;
         for (;;) spin = spin + 1;
       }
-      if (pid > 0) pids_.push_back(pid);
+      if (pid < 0) {
+        std::perror("gpt bench: fork of a contender");
+        break;
+      }
+      pids_.push_back(pid);
     }
   }
+  // False when fewer than asked could be started.
+  bool ok(int n) const { return static_cast<int>(pids_.size()) == n; }
   ~Contenders() {
     for (pid_t pid : pids_) kill(pid, SIGKILL);
     for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
@@ -349,8 +356,11 @@ int SweepWaitPolicies(const std::vector<std::string>& policies, int argc, char**
   const int rounds = absl::GetFlag(FLAGS_rounds);
   std::map<std::string, std::vector<double>> runs;
   for (int round = 0; round < rounds; ++round) {
-    for (const std::string& policy : policies) {
+    // Each round starts at the next policy, so that none always runs first.
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const std::string& policy = policies[(i + round) % policies.size()];
       Contenders busy(contenders);
+      if (!busy.ok(contenders)) return 1;
       const double tps = MeasureUnderPolicy(policy, contenders, argc, argv);
       if (tps <= 0) return 1;
       runs[policy].push_back(tps);
@@ -422,6 +432,7 @@ int main(int argc, char** argv) {
   }
   for (int tp : tps) {
     tpx::gpt::Contenders busy(contend);
+    if (!busy.ok(contend)) return 1;
     if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
   }
   if (!settings.empty()) {
