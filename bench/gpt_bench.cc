@@ -19,20 +19,49 @@
 // --pytorch_threads (its OpenMP and OpenBLAS pools are separate; the best
 // setting differs by machine); at TP>1 as tpx's ranks do: TP processes over
 // gloo, each with cores / TP threads. --pytorch_threads= (empty) skips it.
+//
+// Shared hosts: --contend=N starts N busy-loop processes for the duration of
+// each tpx measurement (killed after it, and bounded: they die with this
+// process and after --contend_limit_s). --wait_policies=auto,passive,spin
+// measures, instead of the above, tpx at TP=1 (all cores) once per
+// OpenMP wait policy, each in a fresh process (libgomp reads its settings
+// when it loads) started after the contenders: auto = the choice of
+// //core:omp_wait_policy for the load it sees at start; passive =
+// OMP_WAIT_POLICY=PASSIVE; spin = libgomp's default spinning, given
+// explicitly as GOMP_SPINCOUNT=300000 so that no automatic choice replaces
+// it; spincount=N = GOMP_SPINCOUNT=N. The policies alternate over --rounds
+// (each round starting one policy later);
+// a "gpt_wait_policy" line per policy gives the median tokens/s and its
+// ratio to the best fixed (non-auto) policy:
+//   {"bench":"gpt_wait_policy","wait_policy":"auto","contenders":1,"rounds":3,
+//    "tokens_per_s":...,"vs_best_fixed":0.98}
+// Every tpx line carries "wait_policy" ("auto" when the library chose the
+// setting, "environment" otherwise, or the --wait_policies entry),
+// "omp_wait" (the settings in effect) and "contenders".
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "comm/init.h"
 #include "core/gemm.h"
+#include "core/omp_wait_policy.h"
 #include "examples/gpt/dataset.h"
 #include "examples/gpt/model_flags.h"
 #include "examples/gpt/trainer.h"
@@ -45,8 +74,91 @@ ABSL_FLAG(std::string, pytorch_threads, "1:1,1:2,2:1,2:2",
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
+ABSL_FLAG(int, contend, 0,
+          "Busy-loop processes competing with each tpx measurement (0-64), started before it "
+          "and killed after it.");
+ABSL_FLAG(int, contend_limit_s, 1800, "A contender exits on its own after this many seconds.");
+ABSL_FLAG(std::string, wait_policies, "",
+          "Measure tpx TP=1 (all cores) under each OpenMP wait policy instead: a list of auto, "
+          "passive, spin, spincount=N.");
+ABSL_FLAG(int, rounds, 1, "Rounds of --wait_policies, the policies alternating (1-100).");
+
 namespace tpx::gpt {
 namespace {
+
+// Set for a --wait_policies child: its policy entry and the number of
+// contenders its parent keeps running.
+constexpr char kPolicyEnv[] = "TPX_GPT_BENCH_WAIT_POLICY";
+constexpr char kContendersEnv[] = "TPX_GPT_BENCH_CONTENDERS";
+
+std::string EnvOr(const char* name, const char* otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : otherwise;
+}
+
+// The OpenMP wait settings in effect ("default" when none).
+std::string OmpWaitInEffect() {
+  std::string s;
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"}) {
+    if (const char* v = std::getenv(name); v != nullptr) {
+      absl::StrAppend(&s, s.empty() ? "" : " ", name, "=", v);
+    }
+  }
+  return s.empty() ? "default" : s;
+}
+
+// "auto" when //core:omp_wait_policy chose the setting in effect.
+std::string WaitPolicyLabel() {
+  if (const char* label = std::getenv(kPolicyEnv); label != nullptr) return label;
+  const std::string marker = EnvOr(kOmpWaitAutoVariable, "");
+  const size_t colon = marker.find(':');
+  return colon != std::string::npos && marker.substr(colon + 1) == OmpWaitInEffect()
+             ? "auto"
+             : "environment";
+}
+
+int ContenderCount() {
+  int n = 0;
+  if (absl::SimpleAtoi(EnvOr(kContendersEnv, ""), &n)) return n;
+  return absl::GetFlag(FLAGS_contend);
+}
+
+// Busy-loop processes, killed when this goes out of scope.
+class Contenders {
+ public:
+  explicit Contenders(int n) {
+    const pid_t parent = getpid();
+    const unsigned limit = static_cast<unsigned>(std::max(1, absl::GetFlag(FLAGS_contend_limit_s)));
+    for (int i = 0; i < n; ++i) {
+      std::fflush(nullptr);
+      const pid_t pid = fork();
+      if (pid == 0) {
+        // Dies with the bench, and on its own after the limit.
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(0);
+        alarm(limit);
+        volatile uint64_t spin = 0;
+        for (;;) spin = spin + 1;
+      }
+      if (pid < 0) {
+        std::perror("gpt bench: fork of a contender");
+        break;
+      }
+      pids_.push_back(pid);
+    }
+  }
+  // False when fewer than asked could be started.
+  bool ok(int n) const { return static_cast<int>(pids_.size()) == n; }
+  ~Contenders() {
+    for (pid_t pid : pids_) kill(pid, SIGKILL);
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+  }
+  Contenders(const Contenders&) = delete;
+  Contenders& operator=(const Contenders&) = delete;
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 int MeasureRank(int tp) {
   auto world = comm::Init();
@@ -85,14 +197,15 @@ int MeasureRank(int tp) {
         "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
         "\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"final_loss\":%.5f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
-        "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d}\n",
+        "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d,"
+        "\"wait_policy\":\"%s\",\"omp_wait\":\"%s\",\"contenders\":%d}\n",
         tp, std::string(DTypeName(o.model.dtype)).c_str(), GemmThreads(), r->tokens_per_s,
         1000.0 * tokens_per_step / r->tokens_per_s, r->losses.empty() ? -1.0 : r->losses.back(),
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
         o.model.sequence_parallel ? "true" : "false", o.model.activation_checkpointing ? "true" : "false",
-        GemmThreads());
+        GemmThreads(), WaitPolicyLabel().c_str(), OmpWaitInEffect().c_str(), ContenderCount());
     std::fflush(stdout);
   }
   return 0;
@@ -152,11 +265,154 @@ bool RunPytorchPeer(int tp, absl::string_view setting) {
   return true;
 }
 
+// The environment entry of a --wait_policies entry ("" for auto: the
+// library chooses), or false when the entry is malformed.
+bool WaitPolicySetting(absl::string_view policy, std::string* setting) {
+  int64_t spins = 0;
+  if (policy == "auto") {
+    *setting = "";
+  } else if (policy == "passive") {
+    *setting = "OMP_WAIT_POLICY=PASSIVE";
+  } else if (policy == "spin") {
+    *setting = "GOMP_SPINCOUNT=300000";  // libgomp's default, made explicit
+  } else if (absl::ConsumePrefix(&policy, "spincount=") && absl::SimpleAtoi(policy, &spins) &&
+             spins >= 0) {
+    *setting = absl::StrCat("GOMP_SPINCOUNT=", spins);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Runs this program again (tpx at TP=1 only) under one wait policy with
+// `contenders` busy processes already running; copies its output and
+// returns its tokens/s, or a negative value when it failed.
+double MeasureUnderPolicy(absl::string_view policy, int contenders, int argc, char** argv) {
+  std::string setting;
+  if (!WaitPolicySetting(policy, &setting)) return -1;
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const absl::string_view entry(*e);
+    if (absl::StartsWith(entry, "OMP_WAIT_POLICY=") || absl::StartsWith(entry, "GOMP_SPINCOUNT=") ||
+        absl::StartsWith(entry, absl::StrCat(kOmpWaitAutoVariable, "=")) ||
+        absl::StartsWith(entry, absl::StrCat(kPolicyEnv, "=")) ||
+        absl::StartsWith(entry, absl::StrCat(kContendersEnv, "="))) {
+      continue;
+    }
+    env.emplace_back(entry);
+  }
+  if (!setting.empty()) env.push_back(setting);
+  env.push_back(absl::StrCat(kPolicyEnv, "=", policy));
+  env.push_back(absl::StrCat(kContendersEnv, "=", contenders));
+  std::vector<std::string> args(argv, argv + argc);
+  for (const char* a : {"--tps=1", "--pytorch_threads=", "--wait_policies=", "--contend=0",
+                        "--rounds=1"}) {
+    args.emplace_back(a);
+  }
+  std::vector<char*> envp, argp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (std::string& a : args) argp.push_back(a.data());
+  argp.push_back(nullptr);
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execve("/proc/self/exe", argp.data(), envp.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return -1;
+  }
+  FILE* out = fdopen(fds[0], "r");
+  double tokens_per_s = -1;
+  char buf[4096];
+  while (out != nullptr && std::fgets(buf, sizeof(buf), out) != nullptr) {
+    std::fputs(buf, stdout);
+    const char* at = std::strstr(buf, "\"tokens_per_s\":");
+    if (at != nullptr) tokens_per_s = std::strtod(at + 15, nullptr);
+  }
+  std::fflush(stdout);
+  if (out != nullptr) fclose(out);
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "gpt bench: the wait policy '%s' run failed (status %d)\n",
+                 std::string(policy).c_str(), status);
+    return -1;
+  }
+  return tokens_per_s;
+}
+
+// --wait_policies: the policies alternating over --rounds, then one summary
+// line per policy. Returns the exit code.
+int SweepWaitPolicies(const std::vector<std::string>& policies, int argc, char** argv) {
+  const int contenders = absl::GetFlag(FLAGS_contend);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  std::map<std::string, std::vector<double>> runs;
+  for (int round = 0; round < rounds; ++round) {
+    // Each round starts at the next policy, so that none always runs first.
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const std::string& policy = policies[(i + round) % policies.size()];
+      Contenders busy(contenders);
+      if (!busy.ok(contenders)) return 1;
+      const double tps = MeasureUnderPolicy(policy, contenders, argc, argv);
+      if (tps <= 0) return 1;
+      runs[policy].push_back(tps);
+    }
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double best_fixed = -1;
+  for (const auto& [policy, v] : runs) {
+    if (policy != "auto") best_fixed = std::max(best_fixed, median(v));
+  }
+  for (const std::string& policy : policies) {
+    if (runs[policy].size() != static_cast<size_t>(rounds)) continue;  // listed twice
+    const double m = median(runs[policy]);
+    std::string line = absl::StrFormat(
+        "{\"bench\":\"gpt_wait_policy\",\"wait_policy\":\"%s\",\"contenders\":%d,"
+        "\"rounds\":%d,\"tokens_per_s\":%.1f",
+        policy, contenders, rounds, m);
+    if (best_fixed > 0) absl::StrAppendFormat(&line, ",\"vs_best_fixed\":%.3f", m / best_fixed);
+    std::printf("%s}\n", line.c_str());
+    runs[policy].clear();
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 }  // namespace tpx::gpt
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const int contend = absl::GetFlag(FLAGS_contend);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (contend < 0 || contend > 64 || rounds < 1 || rounds > 100) {
+    std::fprintf(stderr, "gpt bench: --contend must be in [0, 64] and --rounds in [1, 100]\n");
+    return 2;
+  }
+  std::vector<std::string> policies =
+      absl::StrSplit(absl::GetFlag(FLAGS_wait_policies), ',', absl::SkipEmpty());
+  for (const std::string& p : policies) {
+    std::string setting;
+    if (!tpx::gpt::WaitPolicySetting(p, &setting)) {
+      std::fprintf(stderr,
+                   "gpt bench: bad --wait_policies entry '%s' (want auto, passive, spin or "
+                   "spincount=N)\n",
+                   p.c_str());
+      return 2;
+    }
+  }
+  if (!policies.empty()) return tpx::gpt::SweepWaitPolicies(policies, argc, argv);
   const std::string settings = absl::GetFlag(FLAGS_pytorch_threads);
   if (!settings.empty()) {
     for (absl::string_view s : absl::StrSplit(settings, ',')) {
@@ -175,6 +431,8 @@ int main(int argc, char** argv) {
     tps.push_back(tp);
   }
   for (int tp : tps) {
+    tpx::gpt::Contenders busy(contend);
+    if (!busy.ok(contend)) return 1;
     if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
   }
   if (!settings.empty()) {
