@@ -322,20 +322,6 @@ void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
-// Sum of f(j) over j in [0, n) with eight partial sums, so the loop
-// vectorises without reassociation flags (as core/cpu/nn_kernels.cc).
-template <typename F>
-TPX_VEC_INLINE float Sum8(int64_t n, F f) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += f(i + j);
-  }
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += f(i);
-  return s;
-}
-
 // x[0..n) = softmax(scale * x[0..n)) in place (one pointer, so the loops
 // vectorise without an overlap check), n >= 1, as ScaledSoftmax's row: a
 // NaN score makes the row NaN (through the sum), a row of -inf gives 0s.

@@ -19,21 +19,6 @@
 namespace tpx::cpu {
 namespace {
 
-// Sum of f(j) over j in [0, n) with eight independent partial sums
-// (vectorises without reassociation flags), combined pairwise as
-// core/cpu/reduce_kernels.cc does.
-template <typename F>
-TPX_VEC_INLINE float Sum8(int64_t n, F f) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += f(i + j);
-  }
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += f(i);
-  return s;
-}
-
 // One row of layer norm, read and written in T (f32 arithmetic). w, b may
 // be null.
 template <typename T>

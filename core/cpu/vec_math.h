@@ -1,5 +1,6 @@
 // Branch-free float math that the compiler can vectorise in plain loops
-// (libm's expf is a scalar call per element). Internal to the CPU kernels.
+// (libm's expf is a scalar call per element), and a sum that vectorises
+// without reassociation flags. Internal to the CPU kernels.
 #ifndef TPX_CORE_CPU_VEC_MATH_H_
 #define TPX_CORE_CPU_VEC_MATH_H_
 
@@ -96,6 +97,21 @@ TPX_VEC_INLINE float GeluGrad(float x) {
   const float cdf = 0.5f * (1.0f + Erf(x * 0.70710678118654752440f));
   const float pdf = 0.39894228040143267794f * Exp(-0.5f * x * x);
   return cdf + x * pdf;
+}
+
+// Sum of f(j) over j in [0, n) with eight independent partial sums
+// (vectorises without reassociation flags), combined pairwise as
+// core/cpu/reduce_kernels.cc does.
+template <typename F>
+TPX_VEC_INLINE float Sum8(int64_t n, F f) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += f(i + j);
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += f(i);
+  return s;
 }
 
 }  // namespace tpx::cpu
