@@ -14,21 +14,56 @@ namespace {
 
 #define TPX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-// Rows of C per register block, columns of C per packed B panel (four
-// 16-float vectors): 6 x 4 accumulators, 4 B vectors and a broadcast fit
-// the 32 zmm registers.
+// Operands are packed as pairs of consecutive k values in one 32-bit word
+// (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
+// the reduction so the packed copies stay in cache (as GotoBLAS does):
+//   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
+//     kPanel columns) in L2, shared by the threads;
+//   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1, one per
+//     thread.
+// A register block of C is kMr x kPanel: 6 x 4 accumulators, 4 B vectors
+// and a broadcast in the 32 zmm registers.
 constexpr int64_t kMr = 6;
 constexpr int64_t kPanel = 64;
-// Register blocks per work item: enough items for the threads, few enough
-// that a thread reuses its B panel from cache.
-constexpr int64_t kBlocksPerItem = 8;
-// k-pairs per reduction slice: a 16 KiB slice of a B panel.
-constexpr int64_t kPairsPerSlice = 64;
+constexpr int64_t kSlicePairs = 256;
+constexpr int64_t kGroupPanels = 8;
+constexpr int64_t kChunkBlocks = 8;
+constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
+static_assert(kChunkRows % 16 == 0);
+// Words from one packed panel to the next: a cache line more than its
+// size, so that packing, which writes to all of them k-pair by k-pair, does
+// not map them onto the same cache sets.
+constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
 
-// One product's operands and result, and its packed copies: pairs of
-// consecutive k values as one 32-bit word (low half k even), the layout
-// vdpbf16ps multiplies. A is packed as [m / kMr blocks][k / 2][kMr],
-// B as [n / kPanel panels][k / 2][kPanel]; both zero-padded.
+// The zero-masking forms of the AVX-512 conversions and shifts: the plain
+// ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
+// uninitialized.
+constexpr __mmask16 kAll = 0xFFFF;
+
+__mmask16 FirstLanes(int64_t count) {
+  return count >= 16 ? kAll : static_cast<__mmask16>((1u << count) - 1);
+}
+
+TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
+
+// The first lanes of `mask` of rows 2p and 2p + 1 (row1 == nullptr: past k,
+// zeros) as 32-bit pairs.
+TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1, __mmask16 mask) {
+  // Masked loads only at the edges: they are slower than plain ones.
+  const bool whole = mask == kAll;
+  const __m256i lo = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0))
+                           : _mm256_maskz_loadu_epi16(mask, row0);
+  const __m256i hi = row1 == nullptr ? _mm256_setzero_si256()
+                     : whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1))
+                             : _mm256_maskz_loadu_epi16(mask, row1);
+  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
+}
+
+// Where a slice's partial sums go: straight into an f32 C (alpha applied,
+// beta on the first slice), or through an f32 buffer for a bf16 C.
+enum class Stage { kOnly, kFirst, kMiddle, kLast };
+
+// One product: C[m, n] = alpha * A^T B + beta * C, A stored [k, m], B [k, n].
 struct Product {
   int64_t m, n, k;
   float alpha, beta;
@@ -39,93 +74,69 @@ struct Product {
   bool c_bf16;
   void* c;
   int64_t ldc;
+  float* sums;  // [m, n] running sums for a bf16 C over several slices
+
   int64_t Pairs() const { return (k + 1) / 2; }
   int64_t Blocks() const { return (m + kMr - 1) / kMr; }
   int64_t Panels() const { return (n + kPanel - 1) / kPanel; }
-  // Words from one packed block (panel) to the next: a cache line more than
-  // its size, so that packing, which writes to all of them row by row, does
-  // not map them all onto the same cache sets (their sizes are multiples
-  // of 4 KiB for the usual k).
-  int64_t BlockStride() const { return (Pairs() * kMr + 15) / 16 * 16 + 16; }
-  int64_t PanelStride() const { return Pairs() * kPanel + 16; }
-  int64_t PackedAWords() const { return Blocks() * BlockStride(); }
-  int64_t PackedBWords() const { return Panels() * PanelStride(); }
-  int64_t Items() const { return Panels() * ((Blocks() + kBlocksPerItem - 1) / kBlocksPerItem); }
+  bool NeedsSums() const { return c_bf16 && Pairs() > kSlicePairs; }
 };
 
-// The zero-masking forms of the AVX-512 conversions and shifts: the plain
-// ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
-// uninitialized.
-constexpr __mmask16 kAll = 0xFFFF;
-
-TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
-
-// Interleaves `count` (<= 16) values of rows 2p and 2p + 1 (row 2p + 1 may
-// be past k: zeros) into 32-bit pairs.
-TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1, __mmask16 mask) {
-  const __m256i lo = _mm256_maskz_loadu_epi16(mask, row0);
-  const __m256i hi = row1 == nullptr ? _mm256_setzero_si256() : _mm256_maskz_loadu_epi16(mask, row1);
-  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
-}
-
-__mmask16 FirstLanes(int64_t count) {
-  return count >= 16 ? kAll : static_cast<__mmask16>((1u << count) - 1);
-}
-
-// Register blocks [first, last) of A: op(A)(r, p) = a[p * lda + r].
-TPX_BF16_TARGET void PackA(const Product& pr, int64_t first, int64_t last, uint32_t* ap) {
-  const int64_t pairs = pr.Pairs();
+// Pairs [p0, p0 + pairs) of the rows [r0, r0 + kChunkRows) of op(A) into
+// ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r]; rows past m are
+// zeros. Whole 16-lane vectors: the kernel picks its kMr rows from a pair's
+// line, so packing needs no per-block scatter.
+TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t r0,
+                           uint32_t* ap) {
+  const int64_t width = std::min(kChunkRows, pr.m - r0);
   for (int64_t p = 0; p < pairs; ++p) {
-    const uint16_t* row0 = pr.a + 2 * p * pr.lda;
-    const uint16_t* row1 = 2 * p + 1 < pr.k ? row0 + pr.lda : nullptr;
-    for (int64_t blk = first; blk < last; ++blk) {
-      const int64_t r0 = blk * kMr;
-      const __mmask16 mask = FirstLanes(std::min(kMr, pr.m - r0));
-      const __m512i v = PairUp(row0 + r0, row1 == nullptr ? nullptr : row1 + r0, mask);
-      _mm512_mask_storeu_epi32(ap + blk * pr.BlockStride() + p * kMr, FirstLanes(kMr), v);
+    const int64_t k0 = 2 * (p0 + p);
+    const uint16_t* row0 = pr.a + k0 * pr.lda + r0;
+    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.lda : nullptr;
+    for (int64_t c = 0; c < width; c += 16) {
+      _mm512_store_si512(ap + p * kChunkRows + c,
+                         PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c,
+                                FirstLanes(width - c)));
     }
   }
 }
 
-// Panels [first, last) of B.
-TPX_BF16_TARGET void PackB(const Product& pr, int64_t first, int64_t last, uint32_t* bp) {
-  const int64_t pairs = pr.Pairs();
+// Pairs [p0, p0 + pairs) of panels [first, last) into bp (panel `first` at
+// bp); columns past n are zeros up to a whole 16-column vector.
+TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t first,
+                           int64_t last, uint32_t* bp) {
   const int64_t col_end = std::min(pr.n, last * kPanel);
   for (int64_t p = 0; p < pairs; ++p) {
-    const uint16_t* row0 = pr.b + 2 * p * pr.ldb;
-    const uint16_t* row1 = 2 * p + 1 < pr.k ? row0 + pr.ldb : nullptr;
+    const int64_t k0 = 2 * (p0 + p);
+    const uint16_t* row0 = pr.b + k0 * pr.ldb;
+    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.ldb : nullptr;
     for (int64_t c0 = first * kPanel; c0 < col_end; c0 += 16) {
-      const int64_t panel = c0 / kPanel;
       const __m512i v =
           PairUp(row0 + c0, row1 == nullptr ? nullptr : row1 + c0, FirstLanes(pr.n - c0));
-      _mm512_store_si512(bp + panel * pr.PanelStride() + p * kPanel + c0 % kPanel, v);
+      _mm512_store_si512(bp + (c0 / kPanel - first) * kPanelStride + p * kPanel + c0 % kPanel, v);
     }
   }
 }
 
-// One slice of the reduction for a block of C (rows <= kMr, cols <= 16 *
-// NV): `pairs` k-pairs of the packed A block times the packed B panel. The
-// running f32 sums live in `tile` (kMr x kPanel) between slices; the first
-// slice starts from zero, the last writes alpha * sum + beta * C to C.
-template <int NV>
+// The block of C at (row, col) (MR <= kMr rows, cols <= 16 * NV) for
+// `pairs` k-pairs of packed A (ap: its first row, pairs kChunkRows words
+// apart) and the packed B panel, written as `stage` says.
+template <int NV, int MR>
 TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t* bp,
-                           int64_t pairs, int64_t row, int64_t col, float* tile, bool first,
-                           bool last) {
-  __m512 acc[kMr][NV];
+                           int64_t pairs, int64_t row, int64_t col, Stage stage) {
+  __m512 acc[MR][NV];
 #pragma GCC unroll 8
-  for (int r = 0; r < kMr; ++r) {
+  for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      acc[r][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(tile + r * kPanel + 16 * v);
-    }
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
   for (int64_t p = 0; p < pairs; ++p) {
     __m512i bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(bp + p * kPanel + 16 * v);
-    const uint32_t* a_pair = ap + p * kMr;
+    const uint32_t* a_pair = ap + p * kChunkRows;
 #pragma GCC unroll 8
-    for (int r = 0; r < kMr; ++r) {
+    for (int r = 0; r < MR; ++r) {
       const __m512i av = _mm512_set1_epi32(static_cast<int>(a_pair[r]));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
@@ -133,99 +144,148 @@ TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t
       }
     }
   }
-  if (!last) {
-#pragma GCC unroll 8
-    for (int r = 0; r < kMr; ++r) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) _mm512_store_ps(tile + r * kPanel + 16 * v, acc[r][v]);
-    }
-    return;
-  }
-  const int64_t rows = std::min(kMr, pr.m - row);
   const __mmask16 tail = FirstLanes(pr.n - col - 16 * (NV - 1));
   const __m512 alpha = _mm512_set1_ps(pr.alpha), beta = _mm512_set1_ps(pr.beta);
+  const bool read_c = pr.beta != 0.0f && (stage == Stage::kOnly || stage == Stage::kLast);
 #pragma GCC unroll 8
-  for (int r = 0; r < kMr; ++r) {
-    if (r >= rows) break;
+  for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       const __mmask16 mask = v == NV - 1 ? tail : kAll;
       const int64_t offset = (row + r) * pr.ldc + col + 16 * v;
-      __m512 out = _mm512_mul_ps(alpha, acc[r][v]);
-      if (pr.c_bf16) {
-        uint16_t* cp = static_cast<uint16_t*>(pr.c) + offset;
-        if (pr.beta != 0.0f) {
-          const __m512i old = Widen(_mm256_maskz_loadu_epi16(mask, cp));
-          out = _mm512_fmadd_ps(
-              beta, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, old, 16)), out);
-        }
-        _mm256_mask_storeu_epi16(cp, mask, (__m256i)_mm512_cvtneps_pbh(out));
-      } else {
+      if (!pr.c_bf16) {
         float* cp = static_cast<float*>(pr.c) + offset;
-        if (pr.beta != 0.0f) out = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, cp), out);
+        __m512 out;
+        if (stage == Stage::kOnly || stage == Stage::kFirst) {
+          out = _mm512_mul_ps(alpha, acc[r][v]);
+          if (pr.beta != 0.0f) out = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, cp), out);
+        } else {
+          out = _mm512_fmadd_ps(alpha, acc[r][v], _mm512_maskz_loadu_ps(mask, cp));
+        }
         _mm512_mask_storeu_ps(cp, mask, out);
+        continue;
       }
+      float* sp = pr.sums + (row + r) * pr.n + col + 16 * v;
+      __m512 sum = acc[r][v];
+      if (stage == Stage::kMiddle || stage == Stage::kLast) {
+        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, sp));
+      }
+      if (stage == Stage::kFirst || stage == Stage::kMiddle) {
+        _mm512_mask_storeu_ps(sp, mask, sum);
+        continue;
+      }
+      uint16_t* cp = static_cast<uint16_t*>(pr.c) + offset;
+      __m512 out = _mm512_mul_ps(alpha, sum);
+      if (read_c) {
+        const __m512i old = Widen(_mm256_maskz_loadu_epi16(mask, cp));
+        out = _mm512_fmadd_ps(beta, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, old, 16)),
+                              out);
+      }
+      _mm256_mask_storeu_epi16(cp, mask, (__m256i)_mm512_cvtneps_pbh(out));
     }
   }
 }
 
-// Work items [first, last): (panel, kBlocksPerItem register blocks), panel
-// by panel so consecutive items share the packed B panel. The reduction
-// goes in slices of kPairsPerSlice k-pairs so that a slice of the B panel
-// stays in L1 while every block of the item uses it.
-void Compute(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t first,
-             int64_t last) {
-  const int64_t pairs = pr.Pairs(), blocks = pr.Blocks();
-  const int64_t items_per_panel = (blocks + kBlocksPerItem - 1) / kBlocksPerItem;
-  alignas(64) float tiles[kBlocksPerItem][kMr * kPanel];
-  for (int64_t it = first; it < last; ++it) {
-    const int64_t panel = it / items_per_panel;
-    const int64_t col = panel * kPanel;
-    const int64_t vectors = std::min<int64_t>(4, (pr.n - col + 15) / 16);
-    const int64_t blk0 = (it % items_per_panel) * kBlocksPerItem;
-    const int64_t blk_end = std::min(blocks, blk0 + kBlocksPerItem);
-    for (int64_t p0 = 0; p0 < pairs; p0 += kPairsPerSlice) {
-      const int64_t slice = std::min(kPairsPerSlice, pairs - p0);
-      const bool first_slice = p0 == 0, last_slice = p0 + slice == pairs;
-      const uint32_t* b_slice = bp + panel * pr.PanelStride() + p0 * kPanel;
-      for (int64_t blk = blk0; blk < blk_end; ++blk) {
-        const uint32_t* a_slice = ap + blk * pr.BlockStride() + p0 * kMr;
-        float* tile = tiles[blk - blk0];
-        switch (vectors) {
-          case 1:
-            Block<1>(pr, a_slice, b_slice, slice, blk * kMr, col, tile, first_slice, last_slice);
-            break;
-          case 2:
-            Block<2>(pr, a_slice, b_slice, slice, blk * kMr, col, tile, first_slice, last_slice);
-            break;
-          case 3:
-            Block<3>(pr, a_slice, b_slice, slice, blk * kMr, col, tile, first_slice, last_slice);
-            break;
-          default:
-            Block<4>(pr, a_slice, b_slice, slice, blk * kMr, col, tile, first_slice, last_slice);
-            break;
+template <int NV>
+void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32_t* bp,
+               int64_t pairs, int64_t row, int64_t col, Stage stage) {
+  switch (rows) {
+    case 1: return Block<NV, 1>(pr, ap, bp, pairs, row, col, stage);
+    case 2: return Block<NV, 2>(pr, ap, bp, pairs, row, col, stage);
+    case 3: return Block<NV, 3>(pr, ap, bp, pairs, row, col, stage);
+    case 4: return Block<NV, 4>(pr, ap, bp, pairs, row, col, stage);
+    case 5: return Block<NV, 5>(pr, ap, bp, pairs, row, col, stage);
+    default: return Block<NV, kMr>(pr, ap, bp, pairs, row, col, stage);
+  }
+}
+
+// The block at (row, col) with as many rows and 16-column vectors as C
+// has there.
+void BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
+             int64_t row, int64_t col, Stage stage) {
+  const int64_t rows = std::min(kMr, pr.m - row);
+  switch ((pr.n - col + 15) / 16) {
+    case 1: return BlockRows<1>(rows, pr, ap, bp, pairs, row, col, stage);
+    case 2: return BlockRows<2>(rows, pr, ap, bp, pairs, row, col, stage);
+    case 3: return BlockRows<3>(rows, pr, ap, bp, pairs, row, col, stage);
+    default: return BlockRows<4>(rows, pr, ap, bp, pairs, row, col, stage);
+  }
+}
+
+// One product on thread `t` of `nt` (nt == 1: alone, no synchronisation;
+// else inside an OpenMP parallel region of nt threads, all calling this).
+// bp is the shared B slice buffer, ap this thread's A slice buffer.
+void RunProduct(const Product& pr, int t, int nt, uint32_t* bp, uint32_t* ap) {
+  const int64_t pairs = pr.Pairs(), blocks = pr.Blocks(), panels = pr.Panels();
+  // Chunks of blocks: a multiple of the thread count, at most kChunkBlocks
+  // blocks each, as even as the blocks allow.
+  const int64_t rounds = (blocks + nt * kChunkBlocks - 1) / (nt * kChunkBlocks);
+  const int64_t chunks = nt * rounds;
+  const int64_t chunk_blocks = (blocks + chunks - 1) / chunks;
+  const int64_t my_chunks = chunks * (t + 1) / nt - chunks * t / nt;
+  // Slices in order: (panel group, first k-pair).
+  struct Slice {
+    int64_t g0, g1, p0, pairs;
+  };
+  auto slice_at = [&](int64_t g0, int64_t p0) {
+    return Slice{g0, std::min(panels, g0 + kGroupPanels), p0, std::min(kSlicePairs, pairs - p0)};
+  };
+  for (Slice sl = slice_at(0, 0); sl.g0 < panels;) {
+    const Slice next = sl.p0 + sl.pairs < pairs ? slice_at(sl.g0, sl.p0 + sl.pairs)
+                                                : slice_at(sl.g0 + kGroupPanels, 0);
+    const bool first = sl.p0 == 0, last = sl.p0 + sl.pairs == pairs;
+    const Stage stage = first && last ? Stage::kOnly
+                        : first       ? Stage::kFirst
+                        : last        ? Stage::kLast
+                                      : Stage::kMiddle;
+    const int64_t span = sl.g1 - sl.g0;
+    PackB(pr, sl.p0, sl.pairs, sl.g0 + span * t / nt, sl.g0 + span * (t + 1) / nt,
+          bp + (span * t / nt) * kPanelStride);
+    if (nt > 1) {
+#pragma omp barrier
+    }
+    // While the blocks multiply, the rows of B this thread packs next are
+    // fetched into L2 a little at a time: packing then reads from cache
+    // instead of waiting on memory with nothing else to do.
+    const char* pf_row = nullptr;
+    int64_t pf_row_bytes = 0, pf_lines = 0, pf_per_row = 0, pf_next = 0, pf_col = 0, pf_step = 0;
+    if (next.g0 < panels) {
+      const int64_t nspan = next.g1 - next.g0;
+      const int64_t c0 = (next.g0 + nspan * t / nt) * kPanel;
+      const int64_t c1 = std::min(pr.n, (next.g0 + nspan * (t + 1) / nt) * kPanel);
+      const int64_t k0 = 2 * next.p0, k1 = std::min(pr.k, 2 * (next.p0 + next.pairs));
+      if (c1 > c0) {
+        pf_row = reinterpret_cast<const char*>(pr.b + k0 * pr.ldb + c0);
+        pf_row_bytes = pr.ldb * 2;
+        pf_per_row = ((c1 - c0) * 2 + 63) / 64 + 1;
+        pf_lines = (k1 - k0) * pf_per_row;
+        const int64_t calls = std::max<int64_t>(1, my_chunks * span * chunk_blocks);
+        pf_step = (pf_lines + calls - 1) / calls;
+      }
+    }
+    for (int64_t ch = chunks * t / nt; ch < chunks * (t + 1) / nt; ++ch) {
+      const int64_t b0 = std::min(blocks, ch * chunk_blocks);
+      const int64_t b1 = std::min(blocks, b0 + chunk_blocks);
+      if (b0 == b1) continue;
+      PackA(pr, sl.p0, sl.pairs, b0 * kMr, ap);
+      for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          for (int64_t i = 0; i < pf_step && pf_next < pf_lines; ++i, ++pf_next) {
+            _mm_prefetch(pf_row + pf_col * 64, _MM_HINT_T1);
+            if (++pf_col == pf_per_row) {
+              pf_col = 0;
+              pf_row += pf_row_bytes;
+            }
+          }
+          BlockAt(pr, ap + (blk - b0) * kMr, bp + (panel - sl.g0) * kPanelStride, sl.pairs,
+                  blk * kMr, panel * kPanel, stage);
         }
       }
     }
-  }
-}
-
-// One product on `threads` threads: pack both operands, then the blocks.
-void RunProduct(const Product& pr, uint32_t* ap, uint32_t* bp, int threads) {
-  if (threads <= 1) {
-    PackA(pr, 0, pr.Blocks(), ap);
-    PackB(pr, 0, pr.Panels(), bp);
-    Compute(pr, ap, bp, 0, pr.Items());
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t blocks = pr.Blocks(), panels = pr.Panels(), items = pr.Items();
-    PackA(pr, blocks * t / nt, blocks * (t + 1) / nt, ap);
-    PackB(pr, panels * t / nt, panels * (t + 1) / nt, bp);
+    if (nt > 1) {
 #pragma omp barrier
-    Compute(pr, ap, bp, items * t / nt, items * (t + 1) / nt);
+    }
+    sl = next;
   }
 }
 
@@ -246,20 +306,23 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
                         int64_t ldc, int64_t stride_c) {
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
-  auto product = [&](int64_t i) {
-    return Product{m, n, k, alpha, beta, a + i * stride_a, lda, b + i * stride_b, ldb,
-                   c_dtype == DType::kBF16, static_cast<char*>(c) + i * stride_c * c_size, ldc};
+  auto product = [&](int64_t i, float* sums) {
+    return Product{m,   n,   k,      alpha, beta, a + i * stride_a, lda, b + i * stride_b, ldb,
+                   c_dtype == DType::kBF16, static_cast<char*>(c) + i * stride_c * c_size, ldc,
+                   sums};
   };
-  const Product first = product(0);
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
-  // Many products: each thread packs and multiplies whole products in its
-  // own buffers; few: one product at a time across all threads.
+  // Many products: each thread packs and multiplies whole products with its
+  // own buffers; few: one product at a time on all threads together.
   const bool per_thread = batch >= threads;
-  const int buffers = per_thread ? threads : 1;
-  // Each buffer: packed A, then packed B (both sizes whole cache lines).
-  const size_t a_words = static_cast<size_t>(first.PackedAWords());
-  const size_t stride = a_words + static_cast<size_t>(first.PackedBWords());
-  const size_t bytes = stride * sizeof(uint32_t) * buffers;
+  // Buffers: B slices (one per worker), A slices (one per thread), sums
+  // (one per worker), in words; every piece a whole number of cache lines.
+  const int64_t workers = per_thread ? threads : 1;
+  const int64_t b_words = kGroupPanels * kPanelStride;
+  const int64_t a_words = kSlicePairs * kChunkRows;
+  const int64_t sum_words = product(0, nullptr).NeedsSums() ? (m * n + 15) / 16 * 16 : 0;
+  const size_t bytes =
+      sizeof(uint32_t) * static_cast<size_t>(workers * (b_words + sum_words) + threads * a_words);
   CpuAllocator& alloc = GetCpuAllocator();
   uint32_t* scratch = static_cast<uint32_t*>(alloc.Allocate(bytes));
   if (scratch == nullptr) {
@@ -267,15 +330,25 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
         absl::StrCat("Gemm: no memory for ", bytes, " bytes of packed bf16 operands (m=", m,
                      " n=", n, " k=", k, ")"));
   }
-  if (!per_thread || threads == 1) {
-    for (int64_t i = 0; i < batch; ++i) RunProduct(product(i), scratch, scratch + a_words, threads);
-  } else {
+  uint32_t* a_bufs = scratch + workers * (b_words + sum_words);
+  auto b_buf = [&](int64_t w) { return scratch + w * (b_words + sum_words); };
+  auto sums = [&](int64_t w) { return reinterpret_cast<float*>(b_buf(w) + b_words); };
+  if (threads == 1) {
+    for (int64_t i = 0; i < batch; ++i) RunProduct(product(i, sums(0)), 0, 1, b_buf(0), a_bufs);
+  } else if (per_thread) {
 #pragma omp parallel num_threads(threads)
     {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      uint32_t* ap = scratch + t * stride;
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
       for (int64_t i = batch * t / nt; i < batch * (t + 1) / nt; ++i) {
-        RunProduct(product(i), ap, ap + a_words, 1);
+        RunProduct(product(i, sums(t)), 0, 1, b_buf(t), a_bufs + t * a_words);
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < batch; ++i) {
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        RunProduct(product(i, sums(0)), t, nt, b_buf(0), a_bufs + t * a_words);
       }
     }
   }
