@@ -212,17 +212,10 @@ void BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t 
   }
 }
 
-// One product on thread `t` of `nt` (nt == 1: alone, no synchronisation;
-// else inside an OpenMP parallel region of nt threads, all calling this).
-// bp is the shared B slice buffer, ap this thread's A slice buffer.
-void RunProduct(const Product& pr, int t, int nt, uint32_t* bp, uint32_t* ap) {
+// One product on the calling thread, with its own buffers: bp for a B
+// slice, ap for an A slice, pr.sums for a bf16 C's running sums.
+void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
   const int64_t pairs = pr.Pairs(), blocks = pr.Blocks(), panels = pr.Panels();
-  // Chunks of blocks: a multiple of the thread count, at most kChunkBlocks
-  // blocks each, as even as the blocks allow.
-  const int64_t rounds = (blocks + nt * kChunkBlocks - 1) / (nt * kChunkBlocks);
-  const int64_t chunks = nt * rounds;
-  const int64_t chunk_blocks = (blocks + chunks - 1) / chunks;
-  const int64_t my_chunks = chunks * (t + 1) / nt - chunks * t / nt;
   // Slices in order: (panel group, first k-pair).
   struct Slice {
     int64_t g0, g1, p0, pairs;
@@ -238,35 +231,26 @@ void RunProduct(const Product& pr, int t, int nt, uint32_t* bp, uint32_t* ap) {
                         : first       ? Stage::kFirst
                         : last        ? Stage::kLast
                                       : Stage::kMiddle;
-    const int64_t span = sl.g1 - sl.g0;
-    PackB(pr, sl.p0, sl.pairs, sl.g0 + span * t / nt, sl.g0 + span * (t + 1) / nt,
-          bp + (span * t / nt) * kPanelStride);
-    if (nt > 1) {
-#pragma omp barrier
-    }
-    // While the blocks multiply, the rows of B this thread packs next are
+    PackB(pr, sl.p0, sl.pairs, sl.g0, sl.g1, bp);
+    // While the blocks multiply, the rows of B packed next are
     // fetched into L2 a little at a time: packing then reads from cache
     // instead of waiting on memory with nothing else to do.
     const char* pf_row = nullptr;
     int64_t pf_row_bytes = 0, pf_lines = 0, pf_per_row = 0, pf_next = 0, pf_col = 0, pf_step = 0;
     if (next.g0 < panels) {
-      const int64_t nspan = next.g1 - next.g0;
-      const int64_t c0 = (next.g0 + nspan * t / nt) * kPanel;
-      const int64_t c1 = std::min(pr.n, (next.g0 + nspan * (t + 1) / nt) * kPanel);
+      const int64_t c0 = next.g0 * kPanel, c1 = std::min(pr.n, next.g1 * kPanel);
       const int64_t k0 = 2 * next.p0, k1 = std::min(pr.k, 2 * (next.p0 + next.pairs));
       if (c1 > c0) {
         pf_row = reinterpret_cast<const char*>(pr.b + k0 * pr.ldb + c0);
         pf_row_bytes = pr.ldb * 2;
         pf_per_row = ((c1 - c0) * 2 + 63) / 64 + 1;
         pf_lines = (k1 - k0) * pf_per_row;
-        const int64_t calls = std::max<int64_t>(1, my_chunks * span * chunk_blocks);
+        const int64_t calls = std::max<int64_t>(1, blocks * (sl.g1 - sl.g0));
         pf_step = (pf_lines + calls - 1) / calls;
       }
     }
-    for (int64_t ch = chunks * t / nt; ch < chunks * (t + 1) / nt; ++ch) {
-      const int64_t b0 = std::min(blocks, ch * chunk_blocks);
-      const int64_t b1 = std::min(blocks, b0 + chunk_blocks);
-      if (b0 == b1) continue;
+    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+      const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
       PackA(pr, sl.p0, sl.pairs, b0 * kMr, ap);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
         for (int64_t blk = b0; blk < b1; ++blk) {
@@ -282,11 +266,31 @@ void RunProduct(const Product& pr, int t, int nt, uint32_t* bp, uint32_t* ap) {
         }
       }
     }
-    if (nt > 1) {
-#pragma omp barrier
-    }
     sl = next;
   }
+}
+
+// Part t of nt of a product, for one thread: a range of whole panels of
+// columns when there are enough of them and A is the smaller operand (each
+// thread then packs all of A), else a range of whole blocks of rows (each
+// thread packs all of B).
+Product Part(const Product& pr, int t, int nt) {
+  Product part = pr;
+  const int64_t c_size = pr.c_bf16 ? 2 : 4;
+  if (pr.m < pr.n && pr.Panels() >= nt) {
+    const int64_t c0 = std::min(pr.n, pr.Panels() * t / nt * kPanel);
+    const int64_t c1 = std::min(pr.n, pr.Panels() * (t + 1) / nt * kPanel);
+    part.b += c0;
+    part.n = c1 - c0;
+    part.c = static_cast<char*>(pr.c) + c0 * c_size;
+  } else {
+    const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
+    const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
+    part.a += r0;
+    part.m = r1 - r0;
+    part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * c_size;
+  }
+  return part;
 }
 
 }  // namespace
@@ -312,17 +316,18 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
                    sums};
   };
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
-  // Many products: each thread packs and multiplies whole products with its
-  // own buffers; few: one product at a time on all threads together.
+  // Many products: each thread multiplies whole products; few: each product
+  // is split into one part per thread. Either way a thread works alone with
+  // its own buffers, without waiting on the others (which a shared host
+  // may have descheduled).
   const bool per_thread = batch >= threads;
-  // Buffers: B slices (one per worker), A slices (one per thread), sums
-  // (one per worker), in words; every piece a whole number of cache lines.
-  const int64_t workers = per_thread ? threads : 1;
+  // Per thread: a B slice, an A slice and the sums, in words; every piece
+  // a whole number of cache lines.
   const int64_t b_words = kGroupPanels * kPanelStride;
   const int64_t a_words = kSlicePairs * kChunkRows;
   const int64_t sum_words = product(0, nullptr).NeedsSums() ? (m * n + 15) / 16 * 16 : 0;
-  const size_t bytes =
-      sizeof(uint32_t) * static_cast<size_t>(workers * (b_words + sum_words) + threads * a_words);
+  const int64_t words = b_words + a_words + sum_words;
+  const size_t bytes = sizeof(uint32_t) * static_cast<size_t>(threads * words);
   CpuAllocator& alloc = GetCpuAllocator();
   uint32_t* scratch = static_cast<uint32_t*>(alloc.Allocate(bytes));
   if (scratch == nullptr) {
@@ -330,25 +335,27 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
         absl::StrCat("Gemm: no memory for ", bytes, " bytes of packed bf16 operands (m=", m,
                      " n=", n, " k=", k, ")"));
   }
-  uint32_t* a_bufs = scratch + workers * (b_words + sum_words);
-  auto b_buf = [&](int64_t w) { return scratch + w * (b_words + sum_words); };
-  auto sums = [&](int64_t w) { return reinterpret_cast<float*>(b_buf(w) + b_words); };
+  auto run = [&](const Product& pr, int t) {
+    uint32_t* buf = scratch + t * words;
+    Product own = pr;
+    own.sums = reinterpret_cast<float*>(buf + b_words + a_words);
+    RunProduct(own, buf, buf + b_words);
+  };
   if (threads == 1) {
-    for (int64_t i = 0; i < batch; ++i) RunProduct(product(i, sums(0)), 0, 1, b_buf(0), a_bufs);
+    for (int64_t i = 0; i < batch; ++i) run(product(i, nullptr), 0);
   } else if (per_thread) {
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      for (int64_t i = batch * t / nt; i < batch * (t + 1) / nt; ++i) {
-        RunProduct(product(i, sums(t)), 0, 1, b_buf(t), a_bufs + t * a_words);
-      }
+      for (int64_t i = batch * t / nt; i < batch * (t + 1) / nt; ++i) run(product(i, nullptr), t);
     }
   } else {
     for (int64_t i = 0; i < batch; ++i) {
 #pragma omp parallel num_threads(threads)
       {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        RunProduct(product(i, sums(0)), t, nt, b_buf(0), a_bufs + t * a_words);
+        const Product part = Part(product(i, nullptr), t, nt);
+        if (part.m > 0 && part.n > 0) run(part, t);
       }
     }
   }

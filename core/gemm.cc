@@ -202,10 +202,16 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
 // CPUs) read it in place or pack it in one pass.
 enum class TransposedAPath { kNone, kSgemm, kBf16Kernel };
 
-TransposedAPath TransposedAPathFor(bool trans_a, bool trans_b, DType ab_dtype, DType c_dtype) {
+TransposedAPath TransposedAPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                   DType ab_dtype, DType c_dtype) {
   if (!trans_a || trans_b) return TransposedAPath::kNone;
   if (ab_dtype == DType::kF32 && c_dtype == DType::kF32) return TransposedAPath::kSgemm;
-  if (ab_dtype == DType::kBF16 && Bf16GemmTNApplies()) return TransposedAPath::kBf16Kernel;
+  // The bf16 kernel is tuned for a C of up to about a million elements (the
+  // GPT example's and attention's); larger ones keep oneDNN's kernels.
+  constexpr int64_t kMaxBf16KernelOutput = int64_t{1} << 20;
+  if (ab_dtype == DType::kBF16 && m * n <= kMaxBf16KernelOutput && Bf16GemmTNApplies()) {
+    return TransposedAPath::kBf16Kernel;
+  }
   return TransposedAPath::kNone;
 }
 
@@ -304,7 +310,7 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                  static_cast<const float*>(b), ldb, 0, static_cast<float*>(c), ldc, 0);
     return absl::OkStatus();
   }
-  switch (TransposedAPathFor(trans_a, trans_b, ab_dtype, c_dtype)) {
+  switch (TransposedAPathFor(trans_a, trans_b, m, n, ab_dtype, c_dtype)) {
     case TransposedAPath::kSgemm:
       return SgemmTN(m, n, k, alpha, static_cast<const float*>(a), lda,
                      static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
@@ -375,7 +381,7 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
                  stride_c);
     return absl::OkStatus();
   }
-  if (TransposedAPathFor(trans_a, trans_b, ab_dtype, c_dtype) == TransposedAPath::kBf16Kernel) {
+  if (TransposedAPathFor(trans_a, trans_b, m, n, ab_dtype, c_dtype) == TransposedAPath::kBf16Kernel) {
     return Bf16GemmTN(batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, stride_a,
                       static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
                       stride_c);
