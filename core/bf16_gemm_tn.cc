@@ -18,9 +18,10 @@ namespace {
 // (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
 // the reduction so the packed copies stay in cache (as GotoBLAS does):
 //   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
-//     kPanel columns) in L2, shared by the threads;
-//   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1, one per
-//     thread.
+//     kPanel columns) in L2;
+//   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1.
+// Each thread has its own buffers and its own part of C (no waiting on
+// the others).
 // A register block of C is kMr x kPanel: 6 x 4 accumulators, 4 B vectors
 // and a broadcast in the 32 zmm registers.
 constexpr int64_t kMr = 6;
@@ -83,9 +84,10 @@ struct Product {
 };
 
 // Pairs [p0, p0 + pairs) of the rows [r0, r0 + kChunkRows) of op(A) into
-// ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r]; rows past m are
-// zeros. Whole 16-lane vectors: the kernel picks its kMr rows from a pair's
-// line, so packing needs no per-block scatter.
+// ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r] (rows past m are
+// left unwritten: the blocks never read them). Whole 16-lane vectors: the
+// kernel picks its kMr rows from a pair's line, so packing needs no
+// per-block scatter.
 TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t r0,
                            uint32_t* ap) {
   const int64_t width = std::min(kChunkRows, pr.m - r0);

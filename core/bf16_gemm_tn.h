@@ -1,10 +1,11 @@
 // bf16 products whose A is stored transposed, C = alpha * A^T B + beta * C
 // (a linear layer's weight gradient dW = X^T dY, attention's dV = P^T dO),
 // on CPUs with AVX-512 BF16 (chosen at run time). oneDNN's matmul copies a
-// transposed A into its own layout at a fraction of the kernel's speed; here
-// both operands are packed once into k-pairs (the layout vdpbf16ps reads)
-// and a 6 x 64 block of C stays in registers for the whole reduction.
-// Products of bf16 values are exact in f32 and are accumulated in f32.
+// transposed A into its own layout at a fraction of its kernel's speed; here
+// both operands are packed, one slice of the reduction at a time, into
+// k-pairs (the layout vdpbf16ps reads) in cache-sized buffers, and 6 x 64
+// blocks of C accumulate in registers. Products of bf16 values are exact in
+// f32 and are accumulated in f32 (across slices too, for a bf16 C).
 //
 //   if (Bf16GemmTNApplies()) {
 //     TPX_RETURN_IF_ERROR(Bf16GemmTN(batch, m, n, k, alpha, a, lda, stride_a, b, ldb,
