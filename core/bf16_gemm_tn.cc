@@ -272,26 +272,16 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
   }
 }
 
-// Part t of nt of a product, for one thread: a range of whole panels of
-// columns when there are enough of them and A is the smaller operand (each
-// thread then packs all of A), else a range of whole blocks of rows (each
-// thread packs all of B).
+// Part t of nt of a product, for one thread: a range of whole blocks of
+// rows (each thread packs all of B, which the callers keep the smaller
+// operand).
 Product Part(const Product& pr, int t, int nt) {
   Product part = pr;
-  const int64_t c_size = pr.c_bf16 ? 2 : 4;
-  if (pr.m < pr.n && pr.Panels() >= nt) {
-    const int64_t c0 = std::min(pr.n, pr.Panels() * t / nt * kPanel);
-    const int64_t c1 = std::min(pr.n, pr.Panels() * (t + 1) / nt * kPanel);
-    part.b += c0;
-    part.n = c1 - c0;
-    part.c = static_cast<char*>(pr.c) + c0 * c_size;
-  } else {
-    const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
-    const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
-    part.a += r0;
-    part.m = r1 - r0;
-    part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * c_size;
-  }
+  const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
+  const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
+  part.a += r0;
+  part.m = r1 - r0;
+  part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * (pr.c_bf16 ? 2 : 4);
   return part;
 }
 

@@ -206,10 +206,12 @@ TransposedAPath TransposedAPathFor(bool trans_a, bool trans_b, int64_t m, int64_
                                    DType ab_dtype, DType c_dtype) {
   if (!trans_a || trans_b) return TransposedAPath::kNone;
   if (ab_dtype == DType::kF32 && c_dtype == DType::kF32) return TransposedAPath::kSgemm;
-  // The bf16 kernel is tuned for a C of up to about a million elements (the
-  // GPT example's and attention's); larger ones keep oneDNN's kernels.
+  // The bf16 kernel wins (measured) where C has at least as many rows as
+  // columns, up to about a million elements (the GPT example's QKV and fc1
+  // weight gradients, attention's dV); oneDNN keeps the others.
   constexpr int64_t kMaxBf16KernelOutput = int64_t{1} << 20;
-  if (ab_dtype == DType::kBF16 && m * n <= kMaxBf16KernelOutput && Bf16GemmTNApplies()) {
+  if (ab_dtype == DType::kBF16 && m >= n && m * n <= kMaxBf16KernelOutput &&
+      Bf16GemmTNApplies()) {
     return TransposedAPath::kBf16Kernel;
   }
   return TransposedAPath::kNone;

@@ -288,8 +288,10 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
 
 // Products with A stored transposed and B not (weight gradients) take
 // their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
-// kernel for bf16 where the CPU has it (core/bf16_gemm_tn.h). Sizes off its
-// 6-row blocks, 64-column panels and k-slices, odd k, padded leading dims,
+// kernel for bf16 where the CPU has it and C is not wider than tall
+// (core/bf16_gemm_tn.h), oneDNN's matmul for a wider one. Sizes off its
+// 6-row blocks, 48-row chunks, 64-column panels and 512-k slices (one, two
+// and three of them), odd k, padded leading dims,
 // alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 and 2
 // threads.
 TEST(GemmTest, TransposedAMatchesReference) {
@@ -301,8 +303,8 @@ TEST(GemmTest, TransposedAMatchesReference) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
       for (DType c : {DType::kF32, ab}) {
-        for (Size sz : {Size{1, 1, 1}, Size{13, 70, 301}, Size{37, 45, 77}, Size{100, 130, 600},
-                        Size{64, 256, 512}}) {
+        for (Size sz : {Size{1, 1, 1}, Size{70, 13, 301}, Size{45, 37, 77}, Size{130, 100, 600},
+                        Size{256, 64, 512}, Size{20, 17, 1100}, Size{37, 45, 77}}) {
           for (float beta : {0.0f, 0.5f}) {
             const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
             ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = sz.m, .n = sz.n,
