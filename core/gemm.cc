@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/bf16_gemm_tn.h"
 #include "core/small_gemm.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -194,6 +195,41 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
          SmallGemmF32Applies(trans_b, m, n, k);
 }
 
+// Products whose A is stored transposed and B is not (weight gradients
+// dW = X^T dY: a long reduction over tokens into a small C). oneDNN's matmul
+// copies such an A into its own layout at a fraction of its kernel's speed;
+// its classic GEMM driver (f32) and core/bf16_gemm_tn.h (bf16, AVX-512 BF16
+// CPUs) read it in place or pack it in one pass.
+enum class TransposedAPath { kNone, kSgemm, kBf16Kernel };
+
+TransposedAPath TransposedAPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n,
+                                   DType ab_dtype, DType c_dtype) {
+  if (!trans_a || trans_b) return TransposedAPath::kNone;
+  if (ab_dtype == DType::kF32 && c_dtype == DType::kF32) return TransposedAPath::kSgemm;
+  // The bf16 kernel wins (measured) where C has at least as many rows as
+  // columns, up to about a million elements (the GPT example's QKV and fc1
+  // weight gradients, attention's dV); oneDNN keeps the others.
+  constexpr int64_t kMaxBf16KernelOutput = int64_t{1} << 20;
+  if (ab_dtype == DType::kBF16 && m >= n && m * n <= kMaxBf16KernelOutput &&
+      Bf16GemmTNApplies()) {
+    return TransposedAPath::kBf16Kernel;
+  }
+  return TransposedAPath::kNone;
+}
+
+// Row-major f32 C = alpha * A^T B + beta * C through oneDNN's GEMM driver
+// (as BLAS: with beta == 0, C is not read); GemmThreads() threads.
+absl::Status SgemmTN(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm('T', 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (status != dnnl_success) {
+    return absl::InternalError(absl::StrCat("Gemm: oneDNN sgemm failed (status ",
+                                            static_cast<int>(status), ") for m=", m, " n=", n,
+                                            " k=", k));
+  }
+  return absl::OkStatus();
+}
+
 // Sizes, dtypes and leading dims of one product; `op` names the caller.
 absl::Status CheckGemmArgs(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n,
                            int64_t k, DType ab_dtype, int64_t lda, int64_t ldb, DType c_dtype,
@@ -276,6 +312,16 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                  static_cast<const float*>(b), ldb, 0, static_cast<float*>(c), ldc, 0);
     return absl::OkStatus();
   }
+  switch (TransposedAPathFor(trans_a, trans_b, m, n, ab_dtype, c_dtype)) {
+    case TransposedAPath::kSgemm:
+      return SgemmTN(m, n, k, alpha, static_cast<const float*>(a), lda,
+                     static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
+    case TransposedAPath::kBf16Kernel:
+      return Bf16GemmTN(1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
+                        static_cast<const uint16_t*>(b), ldb, 0, beta, c_dtype, c, ldc, 0);
+    case TransposedAPath::kNone:
+      break;
+  }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta};
   return RunMatmul(key, a, b, c);
 }
@@ -336,6 +382,11 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
                  static_cast<const float*>(b), ldb, stride_b, static_cast<float*>(c), ldc,
                  stride_c);
     return absl::OkStatus();
+  }
+  if (TransposedAPathFor(trans_a, trans_b, m, n, ab_dtype, c_dtype) == TransposedAPath::kBf16Kernel) {
+    return Bf16GemmTN(batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, stride_a,
+                      static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
+                      stride_c);
   }
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};

@@ -2,10 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace tpx {
@@ -38,56 +41,124 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return v;
 }
 
+// Values rounded to `dtype` (f32: unchanged) and their bits in that dtype.
+float RoundTo(DType dtype, float v) {
+  if (dtype == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
+  if (dtype == DType::kF16) return F16ToFloat(FloatToF16(v));
+  return v;
+}
+
+std::vector<char> Encode(DType dtype, const std::vector<float>& v) {
+  std::vector<char> out(v.size() * SizeOf(dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t bits = dtype == DType::kBF16 ? FloatToBF16(v[i]) : FloatToF16(v[i]);
+      std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+  }
+  return out;
+}
+
+float Decode(DType dtype, const std::vector<char>& bytes, int64_t i) {
+  if (dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, bytes.data() + 4 * i, 4);
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, bytes.data() + 2 * i, 2);
+  return dtype == DType::kBF16 ? BF16ToFloat(bits) : F16ToFloat(bits);
+}
+
+// One (batched) product with every layout parameter explicit.
+struct Product {
+  DType ab = DType::kF32, c = DType::kF32;
+  bool ta = false, tb = false;
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;     // leading dims beyond the stored rows
+  int64_t gap_a = 0, gap_b = 0, gap_c = 0;     // batch strides beyond one operand
+  float alpha = 1.0f, beta = 0.0f;
+  uint32_t seed = 1;
+};
+
+std::string Describe(const Product& p) {
+  return absl::StrCat(std::string(DTypeName(p.ab)), "->", std::string(DTypeName(p.c)), " ", p.ta ? "T" : "N",
+                      p.tb ? "T" : "N", " batch=", p.batch, " m=", p.m, " n=", p.n, " k=", p.k,
+                      " alpha=", p.alpha, " beta=", p.beta);
+}
+
+// Runs `p` through Gemm (batch 1) or GemmBatched on inputs rounded to its
+// dtype and checks every element against the double reference: within
+// `tol` * (1 + |want|), padding and gaps of C untouched, C not read when
+// beta == 0 (it starts as NaN then).
+void ExpectMatchesReference(const Product& p, double tol) {
+  const int64_t a_rows = p.ta ? p.k : p.m, a_cols = p.ta ? p.m : p.k;
+  const int64_t b_rows = p.tb ? p.n : p.k, b_cols = p.tb ? p.k : p.n;
+  const int64_t lda = a_cols + p.pad_a, ldb = b_cols + p.pad_b, ldc = p.n + p.pad_c;
+  const int64_t sa = a_rows * lda + p.gap_a, sb = b_rows * ldb + p.gap_b;
+  const int64_t sc = p.m * ldc + p.gap_c;
+  std::vector<float> a = Random(p.batch * sa, p.seed), b = Random(p.batch * sb, p.seed + 1);
+  for (float& v : a) v = RoundTo(p.ab, v);
+  for (float& v : b) v = RoundTo(p.ab, v);
+  const float sentinel = 7.0f;
+  std::vector<float> c0 = Random(p.batch * sc, p.seed + 2);
+  for (float& v : c0) v = p.beta == 0.0f ? std::nanf("") : RoundTo(p.c, v);
+  std::vector<char> ea = Encode(p.ab, a), eb = Encode(p.ab, b), ec = Encode(p.c, c0);
+  // Padding and gaps hold a sentinel that must survive.
+  auto in_product = [&](int64_t i) { return i % sc < p.m * ldc && (i % sc) % ldc < p.n; };
+  for (int64_t i = 0; i < p.batch * sc; ++i) {
+    if (!in_product(i)) {
+      std::vector<char> one = Encode(p.c, {sentinel});
+      std::memcpy(ec.data() + i * SizeOf(p.c), one.data(), one.size());
+    }
+  }
+  const absl::Status status =
+      p.batch == 1
+          ? Gemm(p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.ab, ea.data(), lda, eb.data(), ldb, p.beta,
+                 p.c, ec.data(), ldc)
+          : GemmBatched(p.batch, p.ta, p.tb, p.m, p.n, p.k, p.alpha, p.ab, ea.data(), lda, sa,
+                        eb.data(), ldb, sb, p.beta, p.c, ec.data(), ldc, sc);
+  ASSERT_TRUE(status.ok()) << Describe(p) << ": " << status;
+  for (int64_t q = 0; q < p.batch; ++q) {
+    std::vector<float> aq(a.begin() + q * sa, a.begin() + (q + 1) * sa);
+    std::vector<float> bq(b.begin() + q * sb, b.begin() + (q + 1) * sb);
+    const std::vector<double> ref = Reference(p.ta, p.tb, p.m, p.n, p.k, aq, lda, bq, ldb);
+    for (int64_t i = q * sc; i < (q + 1) * sc; ++i) {
+      const float got = Decode(p.c, ec, i);
+      if (!in_product(i)) {
+        ASSERT_EQ(got, sentinel) << Describe(p) << ": padding or gap written at " << i;
+        continue;
+      }
+      const int64_t r = (i % sc) / ldc, j = (i % sc) % ldc;
+      const double want = p.alpha * ref[r * p.n + j] + (p.beta == 0.0f ? 0.0 : p.beta * c0[i]);
+      ASSERT_NEAR(got, want, tol * (1 + std::fabs(want)))
+          << Describe(p) << " product " << q << " at " << r << "," << j;
+    }
+  }
+}
+
+// Tolerances: f32 accumulation of exact products; one bf16 rounding of C.
+constexpr double kF32Tol = 1e-4;
+constexpr double kBF16OutTol = 1e-2;
+
 TEST(GemmTest, F32AllTransposesWithPaddedLeadingDims) {
-  const int64_t m = 7, n = 5, k = 9;
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      const int64_t lda = (ta ? m : k) + 3;
-      const int64_t ldb = (tb ? k : n) + 2;
-      const int64_t ldc = n + 4;
-      std::vector<float> a = Random((ta ? k : m) * lda, 1);
-      std::vector<float> b = Random((tb ? n : k) * ldb, 2);
-      std::vector<float> c(m * ldc, 1.0f);
-      ASSERT_TRUE(Gemm(ta, tb, m, n, k, 2.0f, DType::kF32, a.data(), lda, b.data(), ldb, 0.5f,
-                       DType::kF32, c.data(), ldc)
-                      .ok());
-      std::vector<double> ref = Reference(ta, tb, m, n, k, a, lda, b, ldb);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          EXPECT_NEAR(c[i * ldc + j], 2.0 * ref[i * n + j] + 0.5, 1e-4)
-              << "ta=" << ta << " tb=" << tb << " at " << i << "," << j;
-        }
-        for (int64_t j = n; j < ldc; ++j) EXPECT_EQ(c[i * ldc + j], 1.0f) << "padding written";
-      }
+      ExpectMatchesReference({.ta = ta, .tb = tb, .m = 7, .n = 5, .k = 9, .pad_a = 3, .pad_b = 2,
+                              .pad_c = 4, .alpha = 2.0f, .beta = 0.5f},
+                             kF32Tol);
     }
   }
 }
 
 TEST(GemmTest, BF16InputsF32AndBF16Outputs) {
-  const int64_t m = 16, n = 12, k = 64;
-  std::vector<float> a = Random(m * k, 3), b = Random(k * n, 4);
-  std::vector<uint16_t> a16(a.size()), b16(b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    a16[i] = FloatToBF16(a[i]);
-    a[i] = BF16ToFloat(a16[i]);  // reference uses the rounded inputs
-  }
-  for (size_t i = 0; i < b.size(); ++i) {
-    b16[i] = FloatToBF16(b[i]);
-    b[i] = BF16ToFloat(b16[i]);
-  }
-  std::vector<double> ref = Reference(false, false, m, n, k, a, k, b, n);
-  std::vector<float> c32(m * n, 1.0f);
-  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, a16.data(), k, b16.data(), n, 1.0f,
-                   DType::kF32, c32.data(), n)
-                  .ok());
-  std::vector<uint16_t> c16(m * n);
-  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, a16.data(), k, b16.data(), n, 0.0f,
-                   DType::kBF16, c16.data(), n)
-                  .ok());
-  for (int64_t i = 0; i < m * n; ++i) {
-    EXPECT_NEAR(c32[i], ref[i] + 1.0, 1e-4);  // f32 accumulation of exact bf16 products
-    EXPECT_NEAR(BF16ToFloat(c16[i]), ref[i], 1e-2 * (1 + std::fabs(ref[i])));
-  }
+  ExpectMatchesReference({.ab = DType::kBF16, .m = 16, .n = 12, .k = 64, .beta = 1.0f, .seed = 3},
+                         kF32Tol);
+  ExpectMatchesReference({.ab = DType::kBF16, .c = DType::kBF16, .m = 16, .n = 12, .k = 64,
+                          .seed = 3},
+                         kBF16OutTol);
 }
 
 TEST(GemmTest, F16InputsGoThroughF32) {
@@ -127,40 +198,13 @@ TEST(GemmTest, RejectsBadArguments) {
 // f32 and bf16 inputs: each product matches the single-product reference and
 // the padding between products is untouched.
 TEST(GemmTest, BatchedMatchesPerProductReference) {
-  const int64_t batch = 5, m = 6, n = 7, k = 9;
   for (DType dt : {DType::kF32, DType::kBF16}) {
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
-        const int64_t sa = (ta ? k : m) * lda + 4, sb = (tb ? n : k) * ldb + 1;
-        const int64_t sc = m * ldc + 5;
-        std::vector<float> a = Random(batch * sa, 30), b = Random(batch * sb, 31);
-        std::vector<uint16_t> a16(a.size()), b16(b.size());
-        for (size_t i = 0; i < a.size(); ++i) a[i] = BF16ToFloat(a16[i] = FloatToBF16(a[i]));
-        for (size_t i = 0; i < b.size(); ++i) b[i] = BF16ToFloat(b16[i] = FloatToBF16(b[i]));
-        const void* pa = dt == DType::kF32 ? static_cast<const void*>(a.data()) : a16.data();
-        const void* pb = dt == DType::kF32 ? static_cast<const void*>(b.data()) : b16.data();
-        std::vector<float> c(batch * sc, 1.0f);
-        ASSERT_TRUE(GemmBatched(batch, ta, tb, m, n, k, 2.0f, dt, pa, lda, sa, pb, ldb, sb, 0.5f,
-                                DType::kF32, c.data(), ldc, sc)
-                        .ok());
-        for (int64_t p = 0; p < batch; ++p) {
-          std::vector<float> ap(a.begin() + p * sa, a.begin() + (p + 1) * sa);
-          std::vector<float> bp(b.begin() + p * sb, b.begin() + (p + 1) * sb);
-          std::vector<double> ref = Reference(ta, tb, m, n, k, ap, lda, bp, ldb);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < ldc; ++j) {
-              const float got = c[p * sc + i * ldc + j];
-              if (j < n) {
-                EXPECT_NEAR(got, 2.0 * ref[i * n + j] + 0.5, 1e-4)
-                    << DTypeName(dt) << " ta=" << ta << " tb=" << tb << " product " << p;
-              } else {
-                EXPECT_EQ(got, 1.0f) << "padding written";
-              }
-            }
-          }
-          for (int64_t j = m * ldc; j < sc; ++j) EXPECT_EQ(c[p * sc + j], 1.0f) << "gap written";
-        }
+        ExpectMatchesReference({.ab = dt, .ta = ta, .tb = tb, .batch = 5, .m = 6, .n = 7, .k = 9,
+                                .pad_a = 1, .pad_b = 2, .pad_c = 3, .gap_a = 4, .gap_b = 1,
+                                .gap_c = 5, .alpha = 2.0f, .beta = 0.5f, .seed = 30},
+                               kF32Tol);
       }
     }
   }
@@ -220,7 +264,8 @@ TEST(GemmTest, BiasIsAddedToEveryRow) {
 // Narrow f32 outputs (n of 16..64 columns, alpha 1, beta 0) take the
 // register-blocked kernel on AVX-512 CPUs (core/small_gemm.h): row counts
 // that are not a multiple of its blocks or of its 64-row work chunks, both
-// layouts of A, padded leading dims and strides, one and two threads.
+// layouts of A, padded leading dims and strides, one and two threads,
+// batched and single.
 TEST(GemmTest, NarrowF32OutputsMatchReference) {
   const int before = GemmThreads();
   for (int threads : {1, 2}) {
@@ -228,37 +273,51 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
     for (int64_t n : {16, 32, 48, 64}) {
       for (int64_t m : {1, 13, 130}) {
         for (bool ta : {false, true}) {
-          const int64_t batch = 3, k = 37;
-          const int64_t lda = (ta ? m : k) + 3, ldb = n + 5, ldc = n + 2;
-          const int64_t sa = (ta ? k : m) * lda + 1, sb = k * ldb + 7, sc = m * ldc + 4;
-          std::vector<float> a = Random(batch * sa, 60), b = Random(batch * sb, 61);
-          std::vector<float> c(batch * sc, 5.0f);
-          ASSERT_TRUE(GemmBatched(batch, ta, false, m, n, k, 1.0f, DType::kF32, a.data(), lda, sa,
-                                  b.data(), ldb, sb, 0.0f, DType::kF32, c.data(), ldc, sc)
-                          .ok());
-          for (int64_t p = 0; p < batch; ++p) {
-            std::vector<float> ap(a.begin() + p * sa, a.begin() + (p + 1) * sa);
-            std::vector<float> bp(b.begin() + p * sb, b.begin() + (p + 1) * sb);
-            std::vector<double> ref = Reference(ta, false, m, n, k, ap, lda, bp, ldb);
-            for (int64_t i = 0; i < m; ++i) {
-              for (int64_t j = 0; j < ldc; ++j) {
-                const float got = c[p * sc + i * ldc + j];
-                if (j < n) {
-                  ASSERT_NEAR(got, ref[i * n + j], 1e-4)
-                      << "threads=" << threads << " n=" << n << " m=" << m << " ta=" << ta
-                      << " product " << p << " at " << i << "," << j;
-                } else {
-                  ASSERT_EQ(got, 5.0f) << "padding written";
-                }
-              }
-            }
+          for (int64_t batch : {1, 3}) {
+            ExpectMatchesReference({.ta = ta, .batch = batch, .m = m, .n = n, .k = 37,
+                                    .pad_a = 3, .pad_b = 5, .pad_c = 2, .gap_a = 1, .gap_b = 7,
+                                    .gap_c = 4, .seed = 60},
+                                   kF32Tol);
           }
-          // The same product unbatched.
-          std::vector<float> c1(m * ldc, 5.0f);
-          ASSERT_TRUE(Gemm(ta, false, m, n, k, 1.0f, DType::kF32, a.data(), lda, b.data(), ldb,
-                           0.0f, DType::kF32, c1.data(), ldc)
-                          .ok());
-          for (int64_t i = 0; i < m * ldc; ++i) ASSERT_EQ(c1[i], c[i]) << "unbatched differs";
+        }
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
+// Products with A stored transposed and B not (weight gradients) take
+// their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
+// kernel for bf16 where the CPU has it and C is not wider than tall
+// (core/bf16_gemm_tn.h), oneDNN's matmul for a wider one. Sizes off its
+// 6-row blocks, 48-row chunks, 64-column panels and 512-k slices (one, two
+// and three of them), odd k, padded leading dims,
+// alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 and 2
+// threads.
+TEST(GemmTest, TransposedAMatchesReference) {
+  const int before = GemmThreads();
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (DType ab : {DType::kF32, DType::kBF16}) {
+      for (DType c : {DType::kF32, ab}) {
+        for (Size sz : {Size{1, 1, 1}, Size{70, 13, 301}, Size{45, 37, 77}, Size{130, 100, 600},
+                        Size{256, 64, 512}, Size{20, 17, 1100}, Size{37, 45, 77}}) {
+          for (float beta : {0.0f, 0.5f}) {
+            const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+            ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = sz.m, .n = sz.n,
+                                    .k = sz.k, .pad_a = 3, .pad_b = 1, .pad_c = 2,
+                                    .alpha = 1.5f, .beta = beta, .seed = 80},
+                                   tol);
+            if (sz.m * sz.n * sz.k > 1'000'000) continue;  // the batched case, small sizes only
+            ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .batch = 3, .m = sz.m,
+                                    .n = sz.n, .k = sz.k, .pad_a = 1, .pad_b = 2, .pad_c = 1,
+                                    .gap_a = 5, .gap_b = 3, .gap_c = 2, .alpha = 1.0f,
+                                    .beta = beta, .seed = 90},
+                                   tol);
+          }
         }
       }
     }

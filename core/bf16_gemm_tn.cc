@@ -1,0 +1,358 @@
+#include "core/bf16_gemm_tn.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "core/allocator.h"
+#include "core/gemm.h"
+
+namespace tpx {
+namespace {
+
+#define TPX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// Operands are packed as pairs of consecutive k values in one 32-bit word
+// (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
+// the reduction so the packed copies stay in cache (as GotoBLAS does):
+//   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
+//     kPanel columns) in L2;
+//   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1.
+// Each thread has its own buffers and its own part of C (no waiting on
+// the others).
+// A register block of C is kMr x kPanel: 6 x 4 accumulators, 4 B vectors
+// and a broadcast in the 32 zmm registers.
+constexpr int64_t kMr = 6;
+constexpr int64_t kPanel = 64;
+constexpr int64_t kSlicePairs = 256;
+constexpr int64_t kGroupPanels = 8;
+constexpr int64_t kChunkBlocks = 8;
+constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
+static_assert(kChunkRows % 16 == 0);
+// Words from one packed panel to the next: a cache line more than its
+// size, so that packing, which writes to all of them k-pair by k-pair, does
+// not map them onto the same cache sets.
+constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
+
+// The zero-masking forms of the AVX-512 conversions and shifts: the plain
+// ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
+// uninitialized.
+constexpr __mmask16 kAll = 0xFFFF;
+
+__mmask16 FirstLanes(int64_t count) {
+  return count >= 16 ? kAll : static_cast<__mmask16>((1u << count) - 1);
+}
+
+TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
+
+// The first lanes of `mask` of rows 2p and 2p + 1 (row1 == nullptr: past k,
+// zeros) as 32-bit pairs.
+TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1, __mmask16 mask) {
+  // Masked loads only at the edges: they are slower than plain ones.
+  const bool whole = mask == kAll;
+  const __m256i lo = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0))
+                           : _mm256_maskz_loadu_epi16(mask, row0);
+  const __m256i hi = row1 == nullptr ? _mm256_setzero_si256()
+                     : whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1))
+                             : _mm256_maskz_loadu_epi16(mask, row1);
+  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
+}
+
+// Where a slice's partial sums go: straight into an f32 C (alpha applied,
+// beta on the first slice), or through an f32 buffer for a bf16 C.
+enum class Stage { kOnly, kFirst, kMiddle, kLast };
+
+// One product: C[m, n] = alpha * A^T B + beta * C, A stored [k, m], B [k, n].
+struct Product {
+  int64_t m, n, k;
+  float alpha, beta;
+  const uint16_t* a;
+  int64_t lda;
+  const uint16_t* b;
+  int64_t ldb;
+  bool c_bf16;
+  void* c;
+  int64_t ldc;
+  float* sums;  // [m, n] running sums for a bf16 C over several slices
+
+  int64_t Pairs() const { return (k + 1) / 2; }
+  int64_t Blocks() const { return (m + kMr - 1) / kMr; }
+  int64_t Panels() const { return (n + kPanel - 1) / kPanel; }
+  bool NeedsSums() const { return c_bf16 && Pairs() > kSlicePairs; }
+};
+
+// Pairs [p0, p0 + pairs) of the rows [r0, r0 + kChunkRows) of op(A) into
+// ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r] (rows past m are
+// left unwritten: the blocks never read them). Whole 16-lane vectors: the
+// kernel picks its kMr rows from a pair's line, so packing needs no
+// per-block scatter.
+TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t r0,
+                           uint32_t* ap) {
+  const int64_t width = std::min(kChunkRows, pr.m - r0);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t k0 = 2 * (p0 + p);
+    const uint16_t* row0 = pr.a + k0 * pr.lda + r0;
+    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.lda : nullptr;
+    for (int64_t c = 0; c < width; c += 16) {
+      _mm512_store_si512(ap + p * kChunkRows + c,
+                         PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c,
+                                FirstLanes(width - c)));
+    }
+  }
+}
+
+// Pairs [p0, p0 + pairs) of panels [first, last) into bp (panel `first` at
+// bp); columns past n are zeros up to a whole 16-column vector.
+TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t first,
+                           int64_t last, uint32_t* bp) {
+  const int64_t col_end = std::min(pr.n, last * kPanel);
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int64_t k0 = 2 * (p0 + p);
+    const uint16_t* row0 = pr.b + k0 * pr.ldb;
+    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.ldb : nullptr;
+    for (int64_t c0 = first * kPanel; c0 < col_end; c0 += 16) {
+      const __m512i v =
+          PairUp(row0 + c0, row1 == nullptr ? nullptr : row1 + c0, FirstLanes(pr.n - c0));
+      _mm512_store_si512(bp + (c0 / kPanel - first) * kPanelStride + p * kPanel + c0 % kPanel, v);
+    }
+  }
+}
+
+// The block of C at (row, col) (MR <= kMr rows, cols <= 16 * NV) for
+// `pairs` k-pairs of packed A (ap: its first row, pairs kChunkRows words
+// apart) and the packed B panel, written as `stage` says.
+template <int NV, int MR>
+TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t* bp,
+                           int64_t pairs, int64_t row, int64_t col, Stage stage) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(bp + p * kPanel + 16 * v);
+    const uint32_t* a_pair = ap + p * kChunkRows;
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a_pair[r]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]);
+      }
+    }
+  }
+  const __mmask16 tail = FirstLanes(pr.n - col - 16 * (NV - 1));
+  const __m512 alpha = _mm512_set1_ps(pr.alpha), beta = _mm512_set1_ps(pr.beta);
+  const bool read_c = pr.beta != 0.0f && (stage == Stage::kOnly || stage == Stage::kLast);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mask = v == NV - 1 ? tail : kAll;
+      const int64_t offset = (row + r) * pr.ldc + col + 16 * v;
+      if (!pr.c_bf16) {
+        float* cp = static_cast<float*>(pr.c) + offset;
+        __m512 out;
+        if (stage == Stage::kOnly || stage == Stage::kFirst) {
+          out = _mm512_mul_ps(alpha, acc[r][v]);
+          if (pr.beta != 0.0f) out = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(mask, cp), out);
+        } else {
+          out = _mm512_fmadd_ps(alpha, acc[r][v], _mm512_maskz_loadu_ps(mask, cp));
+        }
+        _mm512_mask_storeu_ps(cp, mask, out);
+        continue;
+      }
+      float* sp = pr.sums + (row + r) * pr.n + col + 16 * v;
+      __m512 sum = acc[r][v];
+      if (stage == Stage::kMiddle || stage == Stage::kLast) {
+        sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, sp));
+      }
+      if (stage == Stage::kFirst || stage == Stage::kMiddle) {
+        _mm512_mask_storeu_ps(sp, mask, sum);
+        continue;
+      }
+      uint16_t* cp = static_cast<uint16_t*>(pr.c) + offset;
+      __m512 out = _mm512_mul_ps(alpha, sum);
+      if (read_c) {
+        const __m512i old = Widen(_mm256_maskz_loadu_epi16(mask, cp));
+        out = _mm512_fmadd_ps(beta, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, old, 16)),
+                              out);
+      }
+      _mm256_mask_storeu_epi16(cp, mask, (__m256i)_mm512_cvtneps_pbh(out));
+    }
+  }
+}
+
+template <int NV>
+void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32_t* bp,
+               int64_t pairs, int64_t row, int64_t col, Stage stage) {
+  switch (rows) {
+    case 1: return Block<NV, 1>(pr, ap, bp, pairs, row, col, stage);
+    case 2: return Block<NV, 2>(pr, ap, bp, pairs, row, col, stage);
+    case 3: return Block<NV, 3>(pr, ap, bp, pairs, row, col, stage);
+    case 4: return Block<NV, 4>(pr, ap, bp, pairs, row, col, stage);
+    case 5: return Block<NV, 5>(pr, ap, bp, pairs, row, col, stage);
+    default: return Block<NV, kMr>(pr, ap, bp, pairs, row, col, stage);
+  }
+}
+
+// The block at (row, col) with as many rows and 16-column vectors as C
+// has there.
+void BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
+             int64_t row, int64_t col, Stage stage) {
+  const int64_t rows = std::min(kMr, pr.m - row);
+  switch ((pr.n - col + 15) / 16) {
+    case 1: return BlockRows<1>(rows, pr, ap, bp, pairs, row, col, stage);
+    case 2: return BlockRows<2>(rows, pr, ap, bp, pairs, row, col, stage);
+    case 3: return BlockRows<3>(rows, pr, ap, bp, pairs, row, col, stage);
+    default: return BlockRows<4>(rows, pr, ap, bp, pairs, row, col, stage);
+  }
+}
+
+// One product on the calling thread, with its own buffers: bp for a B
+// slice, ap for an A slice, pr.sums for a bf16 C's running sums.
+void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
+  const int64_t pairs = pr.Pairs(), blocks = pr.Blocks(), panels = pr.Panels();
+  // Slices in order: (panel group, first k-pair).
+  struct Slice {
+    int64_t g0, g1, p0, pairs;
+  };
+  auto slice_at = [&](int64_t g0, int64_t p0) {
+    return Slice{g0, std::min(panels, g0 + kGroupPanels), p0, std::min(kSlicePairs, pairs - p0)};
+  };
+  for (Slice sl = slice_at(0, 0); sl.g0 < panels;) {
+    const Slice next = sl.p0 + sl.pairs < pairs ? slice_at(sl.g0, sl.p0 + sl.pairs)
+                                                : slice_at(sl.g0 + kGroupPanels, 0);
+    const bool first = sl.p0 == 0, last = sl.p0 + sl.pairs == pairs;
+    const Stage stage = first && last ? Stage::kOnly
+                        : first       ? Stage::kFirst
+                        : last        ? Stage::kLast
+                                      : Stage::kMiddle;
+    PackB(pr, sl.p0, sl.pairs, sl.g0, sl.g1, bp);
+    // While the blocks multiply, the rows of B packed next are
+    // fetched into L2 a little at a time: packing then reads from cache
+    // instead of waiting on memory with nothing else to do.
+    const char* pf_row = nullptr;
+    int64_t pf_row_bytes = 0, pf_lines = 0, pf_per_row = 0, pf_next = 0, pf_col = 0, pf_step = 0;
+    if (next.g0 < panels) {
+      const int64_t c0 = next.g0 * kPanel, c1 = std::min(pr.n, next.g1 * kPanel);
+      const int64_t k0 = 2 * next.p0, k1 = std::min(pr.k, 2 * (next.p0 + next.pairs));
+      if (c1 > c0) {
+        pf_row = reinterpret_cast<const char*>(pr.b + k0 * pr.ldb + c0);
+        pf_row_bytes = pr.ldb * 2;
+        pf_per_row = ((c1 - c0) * 2 + 63) / 64 + 1;
+        pf_lines = (k1 - k0) * pf_per_row;
+        const int64_t calls = std::max<int64_t>(1, blocks * (sl.g1 - sl.g0));
+        pf_step = (pf_lines + calls - 1) / calls;
+      }
+    }
+    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
+      const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
+      PackA(pr, sl.p0, sl.pairs, b0 * kMr, ap);
+      for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          for (int64_t i = 0; i < pf_step && pf_next < pf_lines; ++i, ++pf_next) {
+            _mm_prefetch(pf_row + pf_col * 64, _MM_HINT_T1);
+            if (++pf_col == pf_per_row) {
+              pf_col = 0;
+              pf_row += pf_row_bytes;
+            }
+          }
+          BlockAt(pr, ap + (blk - b0) * kMr, bp + (panel - sl.g0) * kPanelStride, sl.pairs,
+                  blk * kMr, panel * kPanel, stage);
+        }
+      }
+    }
+    sl = next;
+  }
+}
+
+// Part t of nt of a product, for one thread: a range of whole blocks of
+// rows (each thread packs all of B, which the callers keep the smaller
+// operand).
+Product Part(const Product& pr, int t, int nt) {
+  Product part = pr;
+  const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
+  const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
+  part.a += r0;
+  part.m = r1 - r0;
+  part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * (pr.c_bf16 ? 2 : 4);
+  return part;
+}
+
+}  // namespace
+
+bool Bf16GemmTNApplies() {
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return supported;
+}
+
+absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
+                        const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
+                        int64_t ldb, int64_t stride_b, float beta, DType c_dtype, void* c,
+                        int64_t ldc, int64_t stride_c) {
+  if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
+  const size_t c_size = SizeOf(c_dtype);
+  auto product = [&](int64_t i, float* sums) {
+    return Product{m,   n,   k,      alpha, beta, a + i * stride_a, lda, b + i * stride_b, ldb,
+                   c_dtype == DType::kBF16, static_cast<char*>(c) + i * stride_c * c_size, ldc,
+                   sums};
+  };
+  const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
+  // Many products: each thread multiplies whole products; few: each product
+  // is split into one part per thread. Either way a thread works alone with
+  // its own buffers, without waiting on the others (which a shared host
+  // may have descheduled).
+  const bool per_thread = batch >= threads;
+  // Per thread: a B slice, an A slice and the sums, in words; every piece
+  // a whole number of cache lines.
+  const int64_t b_words = kGroupPanels * kPanelStride;
+  const int64_t a_words = kSlicePairs * kChunkRows;
+  const int64_t sum_words = product(0, nullptr).NeedsSums() ? (m * n + 15) / 16 * 16 : 0;
+  const int64_t words = b_words + a_words + sum_words;
+  const size_t bytes = sizeof(uint32_t) * static_cast<size_t>(threads * words);
+  CpuAllocator& alloc = GetCpuAllocator();
+  uint32_t* scratch = static_cast<uint32_t*>(alloc.Allocate(bytes));
+  if (scratch == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Gemm: no memory for ", bytes, " bytes of packed bf16 operands (m=", m,
+                     " n=", n, " k=", k, ")"));
+  }
+  auto run = [&](const Product& pr, int t) {
+    uint32_t* buf = scratch + t * words;
+    Product own = pr;
+    own.sums = reinterpret_cast<float*>(buf + b_words + a_words);
+    RunProduct(own, buf, buf + b_words);
+  };
+  if (threads == 1) {
+    for (int64_t i = 0; i < batch; ++i) run(product(i, nullptr), 0);
+  } else if (per_thread) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      for (int64_t i = batch * t / nt; i < batch * (t + 1) / nt; ++i) run(product(i, nullptr), t);
+    }
+  } else {
+    for (int64_t i = 0; i < batch; ++i) {
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const Product part = Part(product(i, nullptr), t, nt);
+        if (part.m > 0 && part.n > 0) run(part, t);
+      }
+    }
+  }
+  alloc.Deallocate(scratch, bytes);
+  return absl::OkStatus();
+}
+
+}  // namespace tpx
