@@ -30,13 +30,11 @@ Thread settings (per process): --omp_threads (torch.set_num_threads) and
 torch loads).
 """
 import argparse
-import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
+
+import torch_peer
 
 
 def parse_args():
@@ -48,22 +46,18 @@ def parse_args():
     p.add_argument("--n_heads", type=int, default=4)
     p.add_argument("--n_layers", type=int, default=4)
     p.add_argument("--d_ff", type=int, default=512)
-    p.add_argument("--omp_threads", type=int, default=1)
-    p.add_argument("--blas_threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--tp", type=int, default=1, choices=(1, 2))
-    p.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
-    return p.parse_args()
+    return torch_peer.add_common_args(p).parse_args()
 
 
-def emit(line):
-    print(json.dumps(line, separators=(",", ":")), flush=True)
+def first_keys(args):
+    return torch_peer.base_line("gpt", args)
 
 
-def base_line(args):
-    return {"bench": "gpt", "impl": "pytorch", "tp": args.tp, "dtype": args.dtype,
-            "threads": max(args.omp_threads, args.blas_threads),
-            "omp_threads": args.omp_threads, "blas_threads": args.blas_threads}
+def invalid(args):
+    if args.n_heads % args.tp or args.d_ff % args.tp or args.d_model % args.n_heads:
+        return "n_heads and d_ff must divide by --tp, d_model by n_heads"
+    return None
 
 
 def train(rank, args, store_dir):
@@ -71,47 +65,15 @@ def train(rank, args, store_dir):
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    tp = args.tp
-    if tp > 1:
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(store_dir, "store"),
-                                rank=rank, world_size=tp)
-    torch.set_num_threads(args.omp_threads)
-    torch.manual_seed(args.seed)
-
-    def all_reduce(t, op=None):
-        if tp > 1:
-            if t.dtype == torch.bfloat16:  # gloo (PyTorch 1.13) reduces no bf16: go through f32
-                wide = t.float()
-                dist.all_reduce(wide, op=op or dist.ReduceOp.SUM)
-                t.copy_(wide)
-            else:
-                dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
-        return t
-
-    class CopyToTp(torch.autograd.Function):  # identity; gradient summed over ranks
-        @staticmethod
-        def forward(ctx, x):
-            return x
-
-        @staticmethod
-        def backward(ctx, g):
-            return all_reduce(g.contiguous())
-
-    class ReduceFromTp(torch.autograd.Function):  # sum over ranks; gradient as is
-        @staticmethod
-        def forward(ctx, x):
-            return all_reduce(x.contiguous())
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
+    tpr = torch_peer.setup_rank(rank, args, store_dir, args.seed)
+    tp, all_reduce = args.tp, tpr.all_reduce
 
     class VocabParallelCrossEntropy(torch.autograd.Function):
         @staticmethod
         def forward(ctx, logits, target, first):  # logits [N, V/tp] in f32
             logits = logits.float()
             local_max = logits.max(dim=-1)[0]
-            all_reduce(local_max, dist.ReduceOp.MAX if tp > 1 else None)
+            all_reduce(local_max, dist.ReduceOp.MAX)
             shifted = logits - local_max.unsqueeze(-1)
             rel = target - first
             mine = (rel >= 0) & (rel < logits.size(-1))
@@ -183,20 +145,20 @@ def train(rank, args, store_dir):
         else:
             inside = (tokens >= first_vocab) & (tokens < first_vocab + vl)
             local = ((tokens - first_vocab) * inside).clamp(0, vl - 1)
-            x = ReduceFromTp.apply(F.embedding(local, emb) * inside.unsqueeze(-1)) + pos
+            x = tpr.reduce_from(F.embedding(local, emb) * inside.unsqueeze(-1)) + pos
         for blk in blocks:
             a = F.layer_norm(x, (d,), blk["ln1_w"], blk["ln1_b"], 1e-5)
-            qkv = F.linear(CopyToTp.apply(a), blk["qkv_w"], blk["qkv_b"])
+            qkv = F.linear(tpr.copy_to(a), blk["qkv_w"], blk["qkv_b"])
             q, k, v = (z.reshape(b, t, hl, hd).transpose(1, 2) for z in qkv.split(dl, dim=-1))
             s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
             p = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
             ctx = (p @ v).transpose(1, 2).reshape(b, t, dl)
-            x = x + ReduceFromTp.apply(F.linear(ctx, blk["out_w"])) + blk["out_b"]
+            x = x + tpr.reduce_from(F.linear(ctx, blk["out_w"])) + blk["out_b"]
             m = F.layer_norm(x, (d,), blk["ln2_w"], blk["ln2_b"], 1e-5)
-            up = F.gelu(F.linear(CopyToTp.apply(m), blk["fc1_w"], blk["fc1_b"]))
-            x = x + ReduceFromTp.apply(F.linear(up, blk["fc2_w"])) + blk["fc2_b"]
+            up = F.gelu(F.linear(tpr.copy_to(m), blk["fc1_w"], blk["fc1_b"]))
+            x = x + tpr.reduce_from(F.linear(up, blk["fc2_w"])) + blk["fc2_b"]
         x = F.layer_norm(x, (d,), lnf_w, lnf_b, 1e-5)
-        logits = CopyToTp.apply(x) @ emb.t()
+        logits = tpr.copy_to(x) @ emb.t()
         if tp == 1:
             return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         return VocabParallelCrossEntropy.apply(logits.reshape(-1, vl), targets.reshape(-1),
@@ -221,8 +183,7 @@ def train(rank, args, store_dir):
     data = torch.tensor(list(text[:int(len(text) * 0.9)]), dtype=torch.long)
     warmup, max_lr, min_lr = 1, 6e-3, 3e-4
     autocast = args.dtype == "bf16"
-    if tp > 1:
-        dist.barrier()
+    tpr.barrier()
     start = time.perf_counter()
     loss_value = float("nan")
     for step in range(args.steps):
@@ -245,42 +206,15 @@ def train(rank, args, store_dir):
         loss_value = loss.item()
     elapsed = time.perf_counter() - start
     if rank == 0:
-        line = base_line(args)
+        line = first_keys(args)
         line.update({"tokens_per_s": round(b * t * args.steps / elapsed, 1),
                      "step_ms": round(1000.0 * elapsed / args.steps, 2),
                      "final_loss": round(loss_value, 5), "params": n_params,
                      "steps": args.steps, "batch": b, "seq_len": t, "d_model": d,
                      "n_layers": args.n_layers, "torch": torch.__version__})
-        emit(line)
-    if tp > 1:
-        dist.destroy_process_group()
-
-
-def main():
-    args = parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
-    try:
-        import torch
-        import torch.multiprocessing as mp
-    except ImportError as e:
-        line = base_line(args)
-        line.update({"skipped": "torch not importable: %s" % e})
-        emit(line)
-        return 0
-    if args.n_heads % args.tp or args.d_ff % args.tp or args.d_model % args.n_heads:
-        print("gpt_pytorch: n_heads and d_ff must divide by --tp, d_model by n_heads",
-              file=sys.stderr)
-        return 2
-    if args.tp == 1:
-        train(0, args, None)
-        return 0
-    store_dir = tempfile.mkdtemp(prefix="gpt_pytorch_")
-    try:
-        mp.spawn(train, args=(args, store_dir), nprocs=args.tp, join=True)
-    finally:
-        shutil.rmtree(store_dir, ignore_errors=True)
-    return 0
+        torch_peer.emit(line)
+    tpr.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(torch_peer.main(parse_args(), "gpt_pytorch", first_keys, train, invalid))

@@ -27,12 +27,10 @@ Thread settings (per process): --omp_threads (torch.set_num_threads) and
 torch loads).
 """
 import argparse
-import json
-import os
-import shutil
 import sys
-import tempfile
 import time
+
+import torch_peer
 
 
 def parse_args():
@@ -40,21 +38,17 @@ def parse_args():
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--tokens", type=int, default=2048)
     p.add_argument("--hidden", type=int, default=1024)
-    p.add_argument("--omp_threads", type=int, default=1)
-    p.add_argument("--blas_threads", type=int, default=1)
-    p.add_argument("--tp", type=int, default=1, choices=(1, 2))
-    p.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
-    return p.parse_args()
+    return torch_peer.add_common_args(p).parse_args()
 
 
-def emit(line):
-    print(json.dumps(line, separators=(",", ":")), flush=True)
+def first_keys(args):
+    return torch_peer.base_line("tp_mlp", args, sequence_parallel=False)
 
 
-def base_line(args):
-    return {"bench": "tp_mlp", "impl": "pytorch", "tp": args.tp, "sequence_parallel": False,
-            "dtype": args.dtype, "threads": max(args.omp_threads, args.blas_threads),
-            "omp_threads": args.omp_threads, "blas_threads": args.blas_threads}
+def invalid(args):
+    if args.steps < 1 or args.tokens < 1 or args.hidden < 1 or (4 * args.hidden) % args.tp:
+        return "--steps, --tokens and --hidden must be >= 1"
+    return None
 
 
 def run(rank, args, store_dir):
@@ -62,40 +56,8 @@ def run(rank, args, store_dir):
     import torch.distributed as dist
     import torch.nn.functional as F
 
+    tpr = torch_peer.setup_rank(rank, args, store_dir, seed=1234)
     tp = args.tp
-    if tp > 1:
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(store_dir, "store"),
-                                rank=rank, world_size=tp)
-    torch.set_num_threads(args.omp_threads)
-    torch.manual_seed(1234)
-
-    def all_reduce(t):
-        if tp == 1:
-            return t
-        if t.dtype == torch.bfloat16:  # gloo (PyTorch 1.13) reduces no bf16
-            wide = t.float()
-            dist.all_reduce(wide)
-            return wide.to(torch.bfloat16)
-        dist.all_reduce(t)
-        return t
-
-    class CopyToTp(torch.autograd.Function):  # identity; gradient summed over ranks
-        @staticmethod
-        def forward(ctx, x):
-            return x
-
-        @staticmethod
-        def backward(ctx, g):
-            return all_reduce(g.contiguous())
-
-    class ReduceFromTp(torch.autograd.Function):  # sum over ranks; gradient as is
-        @staticmethod
-        def forward(ctx, x):
-            return all_reduce(x.contiguous())
-
-        @staticmethod
-        def backward(ctx, g):
-            return g
 
     T, h = args.tokens, args.hidden
     f = 4 * h
@@ -118,16 +80,15 @@ def run(rank, args, store_dir):
             p.grad = None
         x = x_value.detach().requires_grad_()
         with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
-            a = F.gelu(F.linear(CopyToTp.apply(x), w1, b1))
-            y = ReduceFromTp.apply(F.linear(a, w2)) + b2
+            a = F.gelu(F.linear(tpr.copy_to(x), w1, b1))
+            y = tpr.reduce_from(F.linear(a, w2)) + b2
         if y.dtype not in dy_as:
             dy_as[y.dtype] = dy.to(y.dtype)
         y.backward(dy_as[y.dtype])
 
     times = []
     for s in range(args.steps + 2):
-        if tp > 1:
-            dist.barrier()
+        tpr.barrier()
         t0 = time.perf_counter()
         step()
         t1 = time.perf_counter()
@@ -135,41 +96,14 @@ def run(rank, args, store_dir):
             times.append(1000.0 * (t1 - t0))
     times.sort()
     median = torch.tensor([times[len(times) // 2]])
-    if tp > 1:
-        dist.all_reduce(median, op=dist.ReduceOp.MAX)
+    tpr.all_reduce(median, dist.ReduceOp.MAX)
     if rank == 0:
-        line = base_line(args)
+        line = first_keys(args)
         line.update({"step_ms": round(float(median[0]), 2), "tokens": T, "hidden": h,
                      "steps": args.steps, "torch": torch.__version__})
-        emit(line)
-    if tp > 1:
-        dist.destroy_process_group()
-
-
-def main():
-    args = parse_args()
-    os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
-    try:
-        import torch  # noqa: F401
-        import torch.multiprocessing as mp
-    except ImportError as e:
-        line = base_line(args)
-        line.update({"skipped": "torch not importable: %s" % e})
-        emit(line)
-        return 0
-    if args.steps < 1 or args.tokens < 1 or args.hidden < 1 or (4 * args.hidden) % args.tp:
-        print("tp_mlp_pytorch: --steps, --tokens and --hidden must be >= 1", file=sys.stderr)
-        return 2
-    if args.tp == 1:
-        run(0, args, None)
-        return 0
-    store_dir = tempfile.mkdtemp(prefix="tp_mlp_pytorch_")
-    try:
-        mp.spawn(run, args=(args, store_dir), nprocs=args.tp, join=True)
-    finally:
-        shutil.rmtree(store_dir, ignore_errors=True)
-    return 0
+        torch_peer.emit(line)
+    tpr.finish()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(torch_peer.main(parse_args(), "tp_mlp_pytorch", first_keys, run, invalid))
