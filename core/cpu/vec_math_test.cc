@@ -84,5 +84,27 @@ TEST(VecMathTest, GeluAndGradientMatchDoubleReference) {
   }
 }
 
+TEST(VecMathTest, GeluGradientAbsoluteErrorAndLimits) {
+  // A fine sweep over the whole range, where Phi comes from the shared
+  // exponential: absolute error within the bound vec_math.h states.
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (float x = -30.0f; x < 30.0f; x += 1.3e-4f) {
+    const double xd = x;
+    const double want = 0.5 * std::erfc(-xd / std::sqrt(2.0)) +
+                        xd * std::exp(-0.5 * xd * xd) / std::sqrt(2.0 * M_PI);
+    const double err = std::abs(GeluGrad(x) - want);
+    if (err > worst) {
+      worst = err;
+      worst_x = x;
+    }
+  }
+  EXPECT_LE(worst, 3e-7) << "at x=" << worst_x;
+  EXPECT_FLOAT_EQ(GeluGrad(0.0f), 0.5f);
+  EXPECT_EQ(GeluGrad(-40.0f), 0.0f);
+  EXPECT_EQ(GeluGrad(40.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(GeluGrad(std::numeric_limits<float>::quiet_NaN())));
+}
+
 }  // namespace
 }  // namespace tpx::cpu
