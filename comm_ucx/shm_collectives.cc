@@ -259,39 +259,31 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   const int64_t mine = a.recv_counts[r];
   const uint64_t hash = HashCounts(a.recv_counts);
   ShmOp op(io, a);
-  auto copy_own = [&] {
-    char* dst = recv + a.recv_displs[r] * esz;
-    if (mine > 0 && dst != a.send) std::memmove(dst, a.send, mine * esz);
-  };
-  if (small) {
-    if (mine > 0) std::memcpy(op.slot(r), a.send, mine * esz);
-    op.Post(mine, hash, a.send, a.recv);
-    copy_own();
-    *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
-    if (!status->ok()) return true;
-    for (int i = 1; i < n; ++i) {
-      const int peer = RankMod(r + i, n);
-      const int64_t c = a.recv_counts[peer];
-      if (c > 0) std::memcpy(recv + a.recv_displs[peer] * esz, op.slot(peer), c * esz);
-    }
-    return true;
-  }
-  // One copy per block, straight from each peer's send buffer.
+  // Small blocks go through this rank's slot; larger ones are read by the
+  // peers straight from the send buffer (one copy per block).
+  if (small && mine > 0) std::memcpy(op.slot(r), a.send, mine * esz);
   op.Post(mine, hash, a.send, a.recv);
-  copy_own();
+  // The own block is copied while the peers post theirs.
+  char* own = recv + a.recv_displs[r] * esz;
+  if (mine > 0 && own != a.send) std::memmove(own, a.send, mine * esz);
   *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
   if (!status->ok()) return true;
   for (int i = 1; i < n; ++i) {
     const int peer = RankMod(r + i, n);
     const int64_t c = a.recv_counts[peer];
     if (c == 0) continue;
-    Status read = shm->ReadPeer(peer, op.header(peer).send_addr, recv + a.recv_displs[peer] * esz,
-                                c * esz);
+    char* dst = recv + a.recv_displs[peer] * esz;
+    if (small) {
+      std::memcpy(dst, op.slot(peer), c * esz);
+      continue;
+    }
+    Status read = shm->ReadPeer(peer, op.header(peer).send_addr, dst, c * esz);
     if (!read.ok()) {
       *status = io.Fail(read.code(), read.message());
       return true;
     }
   }
+  if (small) return true;
   // Peers may still be reading this rank's send buffer.
   op.Raise(kFinished);
   *status = op.WaitFor(kFinished);
