@@ -5,14 +5,15 @@
 //
 // A task reads its q, k and v columns straight from the [t, b, 3 * h * d]
 // projection and writes its ctx columns of [t, b, h * d] (its dq, dk, dv
-// columns of the gradient): no layout copies of whole tensors. Time steps
-// are a whole row of qkv apart, so the task first packs its columns into
-// per-head f32 [t, d] blocks in one sequential pass (bf16/f16 widened on the
-// way) and writes its results back the same way. Only the causal part of
-// every product is computed: score row block [i0, i0 + r) needs keys below
-// i0 + r (rounded up to 16 columns), P v and dS k reduce over those keys
-// only, and P^T dO and dS^T q over the queries from the block's first row
-// on. Softmax statistics, accumulation and the saved probabilities are f32.
+// columns of the gradient): no layout copies of whole tensors. f32 is read
+// and written in place, the tile stepping a whole row of qkv between time
+// steps; bf16/f16 are first widened into per-head f32 [t, d] blocks in one
+// sequential pass and the results rounded back the same way. Only the
+// causal part of every product is computed: score row block [i0, i0 + r)
+// needs keys below i0 + r (rounded up to 16 columns), P v and dS k reduce
+// over those keys only, and P^T dO and dS^T q over the queries from the
+// block's first row on. Softmax statistics, accumulation and the saved
+// probabilities are f32.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
 // time, as core/small_gemm.cc does for whole products) or a portable loop
@@ -402,6 +403,14 @@ struct Layout {
   }
   int64_t groups() const { return (heads + group - 1) / group; }
   int64_t tasks() const { return b * groups(); }
+  // Task i's batch row, first head and head count.
+  struct Task {
+    int64_t bi, h0, hn;
+  };
+  Task task(int64_t i) const {
+    const int64_t h0 = i % groups() * group;
+    return {i / groups(), h0, std::min(group, heads - h0)};
+  }
 };
 
 // Copies a task's columns between the strided [t, b, parts * heads * d]
@@ -441,13 +450,78 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
   }
 }
 
-// xt[d, tp] = x[t, d]^T, zero in columns [t, tp).
+// xt[d, tp] = x[t, d]^T (x's rows ldx apart), zero in columns [t, tp).
+// Rows a whole row of qkv apart sit on different pages, which the hardware
+// prefetchers do not follow, and the scattered stores leave room for few
+// rows' loads in flight: the rows kAhead on are asked for explicitly.
 template <typename E>
-void Transpose(const E* x, int64_t t, int64_t d, int64_t tp, E* xt) {
+void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
+  constexpr int64_t kAhead = 8, kLine = 64 / sizeof(E);
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * d + j];
+    if (i + kAhead < t) {
+      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + kAhead) * ldx + j);
+    }
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
   }
   for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// A task's per-head [t, d] blocks of a [t, b, parts * heads * d] tensor:
+// head h's block of part `part` (q, k or v of qkv; the only part of ctx)
+// starts at at(part, h), its rows ld apart. The products read and write
+// them through these strides, so they may be the big tensor itself or a
+// packed copy.
+template <typename E>
+struct Blocks {
+  E* base;
+  int64_t ld, part_stride, head_stride;
+  E* at(int64_t part, int64_t h) const { return base + part * part_stride + h * head_stride; }
+};
+
+// f32 tensors are read and written in place (a head's row is one
+// contiguous run of d floats, and the tile takes any row stride); other
+// types are widened into a packed f32 copy (Pack) and rounded back
+// (Unpack). Either way the products see the same values in the same order.
+template <typename T>
+constexpr bool kInPlace = std::is_same_v<std::remove_cv_t<T>, float>;
+
+// Floats of packed copy that `parts` parts of a task need (0 in place).
+template <typename T>
+int64_t PackedSize(int64_t parts, const Layout& L) {
+  return kInPlace<T> ? 0 : parts * L.group * L.t * L.d;
+}
+
+template <typename T, typename E>
+Blocks<E> TaskBlocks(T* x, E* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                     int64_t hn) {
+  if constexpr (kInPlace<T>) {
+    const int64_t width = parts * L.heads * L.d;
+    return {x + bi * width + h0 * L.d, L.b * width, L.heads * L.d, L.d};
+  } else {
+    return {packed, L.d, hn * L.t * L.d, L.t * L.d};
+  }
+}
+
+// The blocks of x the products read (packing them first unless in place).
+template <typename T>
+Blocks<const float> ReadBlocks(const T* x, int64_t parts, const Layout& L, int64_t bi,
+                               int64_t h0, int64_t hn, float* packed) {
+  if constexpr (!kInPlace<T>) Pack(x, parts, L, bi, h0, hn, packed);
+  return TaskBlocks<const T, const float>(x, packed, parts, L, bi, h0, hn);
+}
+
+// The blocks the products write x's results to; WriteResults then stores
+// them into x unless they are x already.
+template <typename T>
+Blocks<float> ResultBlocks(T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                           int64_t hn, float* packed) {
+  return TaskBlocks<T, float>(x, packed, parts, L, bi, h0, hn);
+}
+
+template <typename T>
+void WriteResults(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                  int64_t hn, T* x) {
+  if constexpr (!kInPlace<T>) Unpack(packed, parts, L, bi, h0, hn, x);
 }
 
 // ---- bf16 pairs ----
@@ -523,35 +597,36 @@ void RowPairs(const float* x, int64_t n, Pair* out) {
 template <typename T>
 void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(kRowChunk * tp);
+    std::vector<float> in(PackedSize<T>(3, L)), out(PackedSize<T>(1, L)), kt(d * tp),
+        s(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
-      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      const auto [bi, h0, hn] = L.task(task);
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
+      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out.data());
       for (int64_t h = 0; h < hn; ++h) {
-        const float* q = in.data() + h * td;
-        const float* v = in.data() + (2 * hn + h) * td;
-        float* o = out.data() + h * td;
+        const float* q = x.at(0, h);
+        const float* v = x.at(2, h);
+        float* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
+        Transpose(x.at(1, h), x.ld, t, d, tp, kt.data());
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           // S = q k^T, causal column blocks only.
-          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * d, .ars = d, .aps = 1,
-                           .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
+                           .aps = 1, .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
                            .causal_cols = true, .row0 = c0});
           SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
           // ctx = P v over the keys each row block sees.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
-                           .b = v, .ldb = d, .c = o + c0 * d, .ldc = d, .band = Band::kUpTo,
-                           .row0 = c0});
+                           .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
+                           .band = Band::kUpTo, .row0 = c0});
         }
       }
-      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+      WriteResults(out.data(), 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -560,45 +635,45 @@ template <typename T>
 void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* probs, T* dqkv,
                        float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(3 * L.group * td), g(L.group * td), out(3 * L.group * td), vt(d * tp),
-        ds(t * tp);
+    std::vector<float> in(PackedSize<T>(3, L)), gin(PackedSize<T>(1, L)),
+        out(PackedSize<T>(3, L)), vt(d * tp), ds(t * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
-      Pack(qkv, 3, L, bi, h0, hn, in.data());
-      Pack(grad, 1, L, bi, h0, hn, g.data());
+      const auto [bi, h0, hn] = L.task(task);
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
+      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin.data());
+      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out.data());
       for (int64_t h = 0; h < hn; ++h) {
-        const float* q = in.data() + h * td;
-        const float* k = in.data() + (hn + h) * td;
-        const float* go = g.data() + h * td;
+        const float* q = x.at(0, h);
+        const float* k = x.at(1, h);
+        const float* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        Transpose(in.data() + (2 * hn + h) * td, t, d, tp, vt.data());
-        float* dq = out.data() + h * td;
-        float* dk = out.data() + (hn + h) * td;
-        float* dv = out.data() + (2 * hn + h) * td;
+        Transpose(x.at(2, h), x.ld, t, d, tp, vt.data());
+        float* dq = y.at(0, h);
+        float* dk = y.at(1, h);
+        float* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           float* dsc = ds.data() + c0 * tp;
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
-          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * d, .ars = d, .aps = 1,
-                           .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp, .causal_cols = true,
-                           .row0 = c0});
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
+                           .aps = 1, .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp,
+                           .causal_cols = true, .row0 = c0});
           SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
-                           .ldb = d, .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .ldb = x.ld, .c = dq + c0 * y.ld, .ldc = y.ld, .band = Band::kUpTo,
                            .row0 = c0});
         }
         // dk = dS^T q, dv = P^T dO.
         RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
-                         .ldb = d, .c = dk, .ldc = d, .band = Band::kFrom});
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go, .ldb = d,
-                         .c = dv, .ldc = d, .band = Band::kFrom});
+                         .ldb = x.ld, .c = dk, .ldc = y.ld, .band = Band::kFrom});
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go,
+                         .ldb = g.ld, .c = dv, .ldc = y.ld, .band = Band::kFrom});
       }
-      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+      WriteResults(out.data(), 3, L, bi, h0, hn, dqkv);
     }
   });
 }
@@ -613,14 +688,13 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
     std::vector<Pair> in(3 * L.group * block), kt(dw * tp), vi(tp / 2 * d), p(kRowChunk * tp / 2);
     std::vector<float> out(L.group * td), s(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
+      const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
       for (int64_t h = 0; h < hn; ++h) {
         const Pair* q = in.data() + h * block;
         float* o = out.data() + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * block, tp, dw, tp, kt.data());
+        Transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
@@ -658,8 +732,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         dsi(tp / 2 * tp), pi(tp / 2 * tp);
     std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
+      const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
       PackPairs(grad, 1, L, bi, h0, hn, block, g.data());
       for (int64_t h = 0; h < hn; ++h) {
@@ -668,7 +741,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
         InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
         InterleavePairRows(go, tp, dw, d, gi.data());
-        Transpose(in.data() + (2 * hn + h) * block, tp, dw, tp, vt.data());
+        Transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
         float* dq = out.data() + h * td;
         float* dk = out.data() + (hn + h) * td;
         float* dv = out.data() + (2 * hn + h) * td;
