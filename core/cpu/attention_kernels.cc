@@ -93,6 +93,29 @@ constexpr int Avx512RowsFor(int64_t nv) { return nv == 1 ? 14 : nv == 2 ? 12 : n
 
 // Every loop over the MR x NV accumulators is fully unrolled: a loop left
 // rolled makes GCC keep the array in memory and store it every step.
+
+// Stores the accumulators to C's rows, the last vector of each under
+// `last`. A masked store does not forward its data to a later load, which
+// then waits for the store to retire: the softmax rows read the scores back
+// whole vectors at a time right after, so a full mask stores whole vectors.
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR][NV], float* c,
+                                                         int64_t ldc, __mmask16 last) {
+  const bool whole = last == 0xffff;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* dst = c + r * ldc + kLanes * v;
+      if (v < NV - 1 || whole) {
+        _mm512_storeu_ps(dst, acc[r][v]);
+      } else {
+        _mm512_mask_storeu_ps(dst, last, acc[r][v]);
+      }
+    }
+  }
+}
+
 template <int MR, int NV>
 __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
                                                           int64_t aps, const float* b,
@@ -120,17 +143,7 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1) {
-        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
-      } else {
-        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
-      }
-    }
-  }
+  StoreTile<MR, NV>(acc, c, ldc, last);
 }
 
 // Picks the tile for `rows` (1 .. R) rows at compile time.
@@ -195,17 +208,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1) {
-        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
-      } else {
-        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
-      }
-    }
-  }
+  StoreTile<MR, NV>(acc, c, ldc, last);
 }
 
 template <int NV, int R>
@@ -323,28 +326,35 @@ void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
-// x[0..n) = softmax(scale * x[0..n)) in place (one pointer, so the loops
-// vectorise without an overlap check), n >= 1, as ScaledSoftmax's row: a
-// NaN score makes the row NaN (through the sum), a row of -inf gives 0s.
-TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t n, float scale) {
+// x[0..len) = softmax(scale * x[0..len)) in place and x[len..n) = 0 (the
+// keys after the diagonal), 1 <= len <= n, n a multiple of 16: whole
+// vectors, the keys from len on masked here (whatever they hold), which
+// gives ScaledSoftmax's causal row bit for bit. (Storing -inf over them
+// first made the next whole-vector load wait on the narrow stores.) As
+// there, a NaN score makes the row NaN (through the sum), and so does a
+// row of -inf scores (0 / 0). One pointer, so the loops vectorise without
+// an overlap check.
+TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t len, int64_t n, float scale) {
+  // The running maxima are one vector (an array of them stayed in memory,
+  // each step waiting on the last one's store).
+  using Floats = float __attribute__((vector_size(64)));
+  using Ints = int32_t __attribute__((vector_size(64)));
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  float m[16];
-  std::fill_n(m, 16, kLowest);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) {
-      const float v = scale * x[i + j];
-      m[j] = v > m[j] ? v : m[j];
-    }
+  const Ints lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  Floats m = Floats{} + kLowest;
+  for (int64_t i = 0; i < n; i += 16) {
+    Floats v;
+    std::memcpy(&v, x + i, sizeof(v));
+    v = lane + static_cast<int32_t>(i) < static_cast<int32_t>(len) ? v * scale : kLowest;
+    m = v > m ? v : m;
   }
-  for (; i < n; ++i) {
-    const float v = scale * x[i];
-    m[0] = v > m[0] ? v : m[0];
-  }
+  // NaN never enters m, so the order of the last 16 comparisons only picks
+  // between +0 and -0, which Exp(scale * x - mx) does not tell apart.
   float mx = m[0];
   for (int j = 1; j < 16; ++j) mx = m[j] > mx ? m[j] : mx;
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-  for (int64_t j = 0; j < n; ++j) x[j] = Exp(scale * x[j] - mx);
+  // A masked key is 0, as Exp(-inf - mx) is.
+  for (int64_t j = 0; j < n; ++j) x[j] = j < len ? Exp(scale * x[j] - mx) : 0.0f;
   const float inv = 1.0f / Sum8(n, [x](int64_t j) { return x[j]; });
   for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
@@ -357,16 +367,15 @@ TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, 
 
 // P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
 // each row's softmax runs over whole vectors, the keys after the diagonal
-// masked with -inf, and the rest of the columns P v reads (up to the
-// chunk's end, rounded up to a pair) is zeroed. Copies P to pr ([t, t])
-// unless it is null.
+// masked, and the rest of the columns P v reads (up to the chunk's end,
+// rounded up to a pair) is zeroed. Copies P to pr ([t, t]) unless it is
+// null.
 void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
   const int64_t tp = RoundUp(t, kLanes);
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
-    SoftmaxRow(row, n, scale);
+    SoftmaxRow(row, i + 1, n, scale);
     std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
     if (pr != nullptr) {
       std::copy_n(row, std::min(n, t), pr + i * t);
