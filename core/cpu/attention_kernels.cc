@@ -326,15 +326,16 @@ void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
-// x[0..len) = softmax(scale * x[0..len)) in place and x[len..n) = 0 (the
-// keys after the diagonal), 1 <= len <= n, n a multiple of 16: whole
-// vectors, the keys from len on masked here (whatever they hold), which
-// gives ScaledSoftmax's causal row bit for bit. (Storing -inf over them
-// first made the next whole-vector load wait on the narrow stores.) As
-// there, a NaN score makes the row NaN (through the sum), and so does a
-// row of -inf scores (0 / 0). One pointer, so the loops vectorise without
-// an overlap check.
-TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t len, int64_t n, float scale) {
+// The unnormalised half of a softmax row: x[0..len) = exp(scale * x -
+// max(scale * x)) in place and x[len..n) = 0 (the keys after the
+// diagonal), 1 <= len <= n, n a multiple of 16. Whole vectors, the keys
+// from len on masked here (whatever they hold): with the division by the
+// row's sum (SoftmaxChunk), ScaledSoftmax's causal row bit for bit.
+// (Storing -inf over them first made the next whole-vector load wait on the
+// narrow stores.) As there, a NaN score makes the row NaN (through the
+// sum), and so does a row of -inf scores (0 / 0). One pointer, so the loops
+// vectorise without an overlap check.
+TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float scale) {
   // The running maxima are one vector (an array of them stayed in memory,
   // each step waiting on the last one's store).
   using Floats = float __attribute__((vector_size(64)));
@@ -355,13 +356,26 @@ TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t len, int64_t n, float scale)
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
   // A masked key is 0, as Exp(-inf - mx) is.
   for (int64_t j = 0; j < n; ++j) x[j] = j < len ? Exp(scale * x[j] - mx) : 0.0f;
-  const float inv = 1.0f / Sum8(n, [x](int64_t j) { return x[j]; });
-  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
 }
 
-// ds[0..n) = scale * p * (dp - sum(p * dp)), in place over dp.
-TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float scale) {
-  const float dot = Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
+// sum(x) over [0, n).
+TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
+  return Sum8(n, [x](int64_t j) { return x[j]; });
+}
+
+// x[0..n) *= s.
+TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
+// sum(p * dp) over [0, n).
+TPX_VECTOR_CLONES float RowDot(const float* p, const float* dp, int64_t n) {
+  return Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
+}
+
+// ds[0..n) = scale * p * (dp - dot), in place over dp.
+TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float dot,
+                                          float scale) {
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
 }
 
@@ -372,10 +386,20 @@ TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, 
 // null.
 void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
   const int64_t tp = RoundUp(t, kLanes);
+  // Each step for all the rows before the next: a row's sum is one chain of
+  // dependent additions, and with nothing in between, the chains of
+  // consecutive rows overlap.
+  float sum[kRowChunk];
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    SoftmaxExpRow(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
+  }
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    sum[i - c0] = RowSum(s + (i - c0) * tp, RoundUp(i + 1, kLanes));
+  }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    SoftmaxRow(row, i + 1, n, scale);
+    ScaleRow(row, n, 1.0f / sum[i - c0]);
     std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
     if (pr != nullptr) {
       std::copy_n(row, std::min(n, t), pr + i * t);
@@ -389,12 +413,18 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
                           float scale) {
   const int64_t tp = RoundUp(t, kLanes);
+  // Whole vectors where the row has them: P is 0 after the diagonal.
+  auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
+  // Every row's sum first: each is one chain of dependent additions, and
+  // with nothing in between, the chains of consecutive rows overlap.
+  float dot[kRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    // Whole vectors where the row has them: P is 0 after the diagonal.
+    dot[i - c0] = RowDot(pr + i * t, ds + (i - c0) * tp, len(i));
+  }
+  for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-    SoftmaxBackwardRow(pr + i * t, row, n, scale);
-    std::fill(row + n, row + tp, 0.0f);
+    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale);
+    std::fill(row + len(i), row + tp, 0.0f);
   }
 }
 
