@@ -235,6 +235,68 @@ TEST_P(CausalSelfAttentionTest, ResultsDoNotDependOnThreadCount) {
 INSTANTIATE_TEST_SUITE_P(Shapes, CausalSelfAttentionTest, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.Name(); });
 
+// A NaN score makes its query's row NaN and leaves the queries that do not
+// see that key alone (the kernels compute whole 16-key blocks, so the NaN
+// score is also computed, then masked, for the earlier queries of its
+// block). A query whose scores are all -inf gets a NaN row too (0 / 0, as
+// ScaledSoftmax and so the composed form give). t = 20 puts the rows on
+// both sides of a 16-key block edge.
+TEST(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
+  const Case c{20, 2, 2, 16};
+  const int64_t hd = c.heads * c.d, row = c.b * 3 * hd;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    std::vector<float> x = Floats(RandomTensor({c.t, c.b, 3 * hd}, dtype, 13, -2, 2));
+    // Batch row 0, head 0: key 5 has a NaN.
+    constexpr int64_t kNanKey = 5, kInfQuery = 3;
+    x[kNanKey * row + hd + 2] = NAN;
+    // Batch row 1, head 1: query 3 is (inf, 0, ..., 0) and every key's first
+    // element is -1, so all of that query's scores are -inf.
+    const int64_t q1 = 3 * hd + c.d, k1 = 3 * hd + hd + c.d;
+    for (int64_t e = 0; e < c.d; ++e) x[kInfQuery * row + q1 + e] = e == 0 ? INFINITY : 0.0f;
+    for (int64_t j = 0; j < c.t; ++j) x[j * row + k1] = -1.0f;
+    const Tensor qkv = *Tensor::FromVector<float>(x, {c.t, c.b, 3 * hd}, dtype);
+    absl::StatusOr<ops::CausalSelfAttentionResult> r =
+        ops::CausalSelfAttention(qkv, c.heads, c.d, 0.25, /*keep_probs=*/true);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<float> ctx = Floats(r->ctx), p = Floats(r->probs);
+    absl::StatusOr<Variable> composed =
+        ag::ComposedCausalSelfAttention(Variable(qkv), c.heads, c.d, 0.25);
+    ASSERT_TRUE(composed.ok()) << composed.status();
+    const std::vector<float> composed_ctx = Floats(composed->value());
+    const Reference ref = Naive(c, x, std::vector<float>(c.t * c.b * hd, 0.0f), 0.25);
+    const double tol = dtype == DType::kF32 ? 1e-5 : 4e-3;
+    for (int64_t bi = 0; bi < c.b; ++bi) {
+      for (int64_t h = 0; h < c.heads; ++h) {
+        const bool nan_head = bi == 0 && h == 0, inf_head = bi == 1 && h == 1;
+        for (int64_t i = 0; i < c.t; ++i) {
+          SCOPED_TRACE(absl::StrCat("batch ", bi, " head ", h, " query ", i));
+          const float* pi = p.data() + ((bi * c.heads + h) * c.t + i) * c.t;
+          const int64_t o = i * c.b * hd + bi * hd + h * c.d;
+          if ((nan_head && i >= kNanKey) || (inf_head && i == kInfQuery)) {
+            for (int64_t j = 0; j <= i; ++j) EXPECT_TRUE(std::isnan(pi[j])) << j;
+            for (int64_t e = 0; e < c.d; ++e) {
+              EXPECT_TRUE(std::isnan(ctx[o + e])) << e;
+              EXPECT_TRUE(std::isnan(composed_ctx[o + e])) << e;
+            }
+            continue;
+          }
+          for (int64_t j = 0; j < c.t; ++j) {
+            if (j > i) {
+              EXPECT_EQ(pi[j], 0.0f) << j;
+            } else {
+              EXPECT_TRUE(std::isfinite(pi[j]) && pi[j] >= 0.0f) << j << ": " << pi[j];
+            }
+          }
+          for (int64_t e = 0; e < c.d; ++e) {
+            EXPECT_NEAR(ctx[o + e], ref.ctx[o + e], tol * (1 + std::abs(ref.ctx[o + e]))) << e;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(CausalSelfAttentionGradcheck, QkvGradientMatchesFiniteDifferences) {
   for (const Case c : {Case{5, 2, 2, 16}, Case{1, 1, 1, 16}, Case{18, 1, 1, 24}}) {
     SCOPED_TRACE(c.Name());

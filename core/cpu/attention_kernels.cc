@@ -5,14 +5,15 @@
 //
 // A task reads its q, k and v columns straight from the [t, b, 3 * h * d]
 // projection and writes its ctx columns of [t, b, h * d] (its dq, dk, dv
-// columns of the gradient): no layout copies of whole tensors. Time steps
-// are a whole row of qkv apart, so the task first packs its columns into
-// per-head f32 [t, d] blocks in one sequential pass (bf16/f16 widened on the
-// way) and writes its results back the same way. Only the causal part of
-// every product is computed: score row block [i0, i0 + r) needs keys below
-// i0 + r (rounded up to 16 columns), P v and dS k reduce over those keys
-// only, and P^T dO and dS^T q over the queries from the block's first row
-// on. Softmax statistics, accumulation and the saved probabilities are f32.
+// columns of the gradient): no layout copies of whole tensors. f32 is read
+// and written in place, the tile stepping a whole row of qkv between time
+// steps; bf16/f16 are first widened into per-head f32 [t, d] blocks in one
+// sequential pass and the results rounded back the same way. Only the
+// causal part of every product is computed: score row block [i0, i0 + r)
+// needs keys below i0 + r (rounded up to 16 columns), P v and dS k reduce
+// over those keys only, and P^T dO and dS^T q over the queries from the
+// block's first row on. Softmax statistics, accumulation and the saved
+// probabilities are f32.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
 // time, as core/small_gemm.cc does for whole products) or a portable loop
@@ -92,6 +93,29 @@ constexpr int Avx512RowsFor(int64_t nv) { return nv == 1 ? 14 : nv == 2 ? 12 : n
 
 // Every loop over the MR x NV accumulators is fully unrolled: a loop left
 // rolled makes GCC keep the array in memory and store it every step.
+
+// Stores the accumulators to C's rows, the last vector of each under
+// `last`. A masked store does not forward its data to a later load, which
+// then waits for the store to retire: the softmax rows read the scores back
+// whole vectors at a time right after, so a full mask stores whole vectors.
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR][NV], float* c,
+                                                         int64_t ldc, __mmask16 last) {
+  const bool whole = last == 0xffff;
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* dst = c + r * ldc + kLanes * v;
+      if (v < NV - 1 || whole) {
+        _mm512_storeu_ps(dst, acc[r][v]);
+      } else {
+        _mm512_mask_storeu_ps(dst, last, acc[r][v]);
+      }
+    }
+  }
+}
+
 template <int MR, int NV>
 __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
                                                           int64_t aps, const float* b,
@@ -119,17 +143,7 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1) {
-        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
-      } else {
-        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
-      }
-    }
-  }
+  StoreTile<MR, NV>(acc, c, ldc, last);
 }
 
 // Picks the tile for `rows` (1 .. R) rows at compile time.
@@ -194,17 +208,7 @@ __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      if (v == NV - 1) {
-        _mm512_mask_storeu_ps(c + r * ldc + kLanes * v, last, acc[r][v]);
-      } else {
-        _mm512_storeu_ps(c + r * ldc + kLanes * v, acc[r][v]);
-      }
-    }
-  }
+  StoreTile<MR, NV>(acc, c, ldc, last);
 }
 
 template <int NV, int R>
@@ -322,50 +326,80 @@ void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
-// x[0..n) = softmax(scale * x[0..n)) in place (one pointer, so the loops
-// vectorise without an overlap check), n >= 1, as ScaledSoftmax's row: a
-// NaN score makes the row NaN (through the sum), a row of -inf gives 0s.
-TPX_VECTOR_CLONES void SoftmaxRow(float* x, int64_t n, float scale) {
+// The unnormalised half of a softmax row: x[0..len) = exp(scale * x -
+// max(scale * x)) in place and x[len..n) = 0 (the keys after the
+// diagonal), 1 <= len <= n, n a multiple of 16. Whole vectors, the keys
+// from len on masked here (whatever they hold): with the division by the
+// row's sum (SoftmaxChunk), ScaledSoftmax's causal row bit for bit.
+// (Storing -inf over them first made the next whole-vector load wait on the
+// narrow stores.) As there, a NaN score makes the row NaN (through the
+// sum), and so does a row of -inf scores (0 / 0). One pointer, so the loops
+// vectorise without an overlap check.
+TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float scale) {
+  // The running maxima are one vector (an array of them stayed in memory,
+  // each step waiting on the last one's store).
+  using Floats = float __attribute__((vector_size(64)));
+  using Ints = int32_t __attribute__((vector_size(64)));
   constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  float m[16];
-  std::fill_n(m, 16, kLowest);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 16; ++j) {
-      const float v = scale * x[i + j];
-      m[j] = v > m[j] ? v : m[j];
-    }
+  const Ints lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  Floats m = Floats{} + kLowest;
+  for (int64_t i = 0; i < n; i += 16) {
+    Floats v;
+    std::memcpy(&v, x + i, sizeof(v));
+    v = lane + static_cast<int32_t>(i) < static_cast<int32_t>(len) ? v * scale : kLowest;
+    m = v > m ? v : m;
   }
-  for (; i < n; ++i) {
-    const float v = scale * x[i];
-    m[0] = v > m[0] ? v : m[0];
-  }
+  // NaN never enters m, so the order of the last 16 comparisons only picks
+  // between +0 and -0, which Exp(scale * x - mx) does not tell apart.
   float mx = m[0];
   for (int j = 1; j < 16; ++j) mx = m[j] > mx ? m[j] : mx;
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-  for (int64_t j = 0; j < n; ++j) x[j] = Exp(scale * x[j] - mx);
-  const float inv = 1.0f / Sum8(n, [x](int64_t j) { return x[j]; });
-  for (int64_t j = 0; j < n; ++j) x[j] *= inv;
+  // A masked key is 0, as Exp(-inf - mx) is.
+  for (int64_t j = 0; j < n; ++j) x[j] = j < len ? Exp(scale * x[j] - mx) : 0.0f;
 }
 
-// ds[0..n) = scale * p * (dp - sum(p * dp)), in place over dp.
-TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float scale) {
-  const float dot = Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
+// sum(x) over [0, n).
+TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
+  return Sum8(n, [x](int64_t j) { return x[j]; });
+}
+
+// x[0..n) *= s.
+TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+}
+
+// sum(p * dp) over [0, n).
+TPX_VECTOR_CLONES float RowDot(const float* p, const float* dp, int64_t n) {
+  return Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
+}
+
+// ds[0..n) = scale * p * (dp - dot), in place over dp.
+TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float dot,
+                                          float scale) {
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
 }
 
 // P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
 // each row's softmax runs over whole vectors, the keys after the diagonal
-// masked with -inf, and the rest of the columns P v reads (up to the
-// chunk's end, rounded up to a pair) is zeroed. Copies P to pr ([t, t])
-// unless it is null.
+// masked, and the rest of the columns P v reads (up to the chunk's end,
+// rounded up to a pair) is zeroed. Copies P to pr ([t, t]) unless it is
+// null.
 void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
   const int64_t tp = RoundUp(t, kLanes);
+  // Each step for all the rows before the next: a row's sum is one chain of
+  // dependent additions, and with nothing in between, the chains of
+  // consecutive rows overlap.
+  float sum[kRowChunk];
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    SoftmaxExpRow(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
+  }
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    sum[i - c0] = RowSum(s + (i - c0) * tp, RoundUp(i + 1, kLanes));
+  }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    std::fill(row + i + 1, row + n, -std::numeric_limits<float>::infinity());
-    SoftmaxRow(row, n, scale);
+    ScaleRow(row, n, 1.0f / sum[i - c0]);
     std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
     if (pr != nullptr) {
       std::copy_n(row, std::min(n, t), pr + i * t);
@@ -379,12 +413,18 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
                           float scale) {
   const int64_t tp = RoundUp(t, kLanes);
+  // Whole vectors where the row has them: P is 0 after the diagonal.
+  auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
+  // Every row's sum first: each is one chain of dependent additions, and
+  // with nothing in between, the chains of consecutive rows overlap.
+  float dot[kRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    // Whole vectors where the row has them: P is 0 after the diagonal.
+    dot[i - c0] = RowDot(pr + i * t, ds + (i - c0) * tp, len(i));
+  }
+  for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-    SoftmaxBackwardRow(pr + i * t, row, n, scale);
-    std::fill(row + n, row + tp, 0.0f);
+    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale);
+    std::fill(row + len(i), row + tp, 0.0f);
   }
 }
 
@@ -402,6 +442,14 @@ struct Layout {
   }
   int64_t groups() const { return (heads + group - 1) / group; }
   int64_t tasks() const { return b * groups(); }
+  // Task i's batch row, first head and head count.
+  struct Task {
+    int64_t bi, h0, hn;
+  };
+  Task task(int64_t i) const {
+    const int64_t h0 = i % groups() * group;
+    return {i / groups(), h0, std::min(group, heads - h0)};
+  }
 };
 
 // Copies a task's columns between the strided [t, b, parts * heads * d]
@@ -441,13 +489,78 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
   }
 }
 
-// xt[d, tp] = x[t, d]^T, zero in columns [t, tp).
+// xt[d, tp] = x[t, d]^T (x's rows ldx apart), zero in columns [t, tp).
+// Rows a whole row of qkv apart sit on different pages, which the hardware
+// prefetchers do not follow, and the scattered stores leave room for few
+// rows' loads in flight: the rows kAhead on are asked for explicitly.
 template <typename E>
-void Transpose(const E* x, int64_t t, int64_t d, int64_t tp, E* xt) {
+void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
+  constexpr int64_t kAhead = 8, kLine = 64 / sizeof(E);
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * d + j];
+    if (i + kAhead < t) {
+      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + kAhead) * ldx + j);
+    }
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
   }
   for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// A task's per-head [t, d] blocks of a [t, b, parts * heads * d] tensor:
+// head h's block of part `part` (q, k or v of qkv; the only part of ctx)
+// starts at at(part, h), its rows ld apart. The products read and write
+// them through these strides, so they may be the big tensor itself or a
+// packed copy.
+template <typename E>
+struct Blocks {
+  E* base;
+  int64_t ld, part_stride, head_stride;
+  E* at(int64_t part, int64_t h) const { return base + part * part_stride + h * head_stride; }
+};
+
+// f32 tensors are read and written in place (a head's row is one
+// contiguous run of d floats, and the tile takes any row stride); other
+// types are widened into a packed f32 copy (Pack) and rounded back
+// (Unpack). Either way the products see the same values in the same order.
+template <typename T>
+constexpr bool kInPlace = std::is_same_v<std::remove_cv_t<T>, float>;
+
+// Floats of packed copy that `parts` parts of a task need (0 in place).
+template <typename T>
+int64_t PackedSize(int64_t parts, const Layout& L) {
+  return kInPlace<T> ? 0 : parts * L.group * L.t * L.d;
+}
+
+template <typename T, typename E>
+Blocks<E> TaskBlocks(T* x, E* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                     int64_t hn) {
+  if constexpr (kInPlace<T>) {
+    const int64_t width = parts * L.heads * L.d;
+    return {x + bi * width + h0 * L.d, L.b * width, L.heads * L.d, L.d};
+  } else {
+    return {packed, L.d, hn * L.t * L.d, L.t * L.d};
+  }
+}
+
+// The blocks of x the products read (packing them first unless in place).
+template <typename T>
+Blocks<const float> ReadBlocks(const T* x, int64_t parts, const Layout& L, int64_t bi,
+                               int64_t h0, int64_t hn, float* packed) {
+  if constexpr (!kInPlace<T>) Pack(x, parts, L, bi, h0, hn, packed);
+  return TaskBlocks<const T, const float>(x, packed, parts, L, bi, h0, hn);
+}
+
+// The blocks the products write x's results to; WriteResults then stores
+// them into x unless they are x already.
+template <typename T>
+Blocks<float> ResultBlocks(T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                           int64_t hn, float* packed) {
+  return TaskBlocks<T, float>(x, packed, parts, L, bi, h0, hn);
+}
+
+template <typename T>
+void WriteResults(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                  int64_t hn, T* x) {
+  if constexpr (!kInPlace<T>) Unpack(packed, parts, L, bi, h0, hn, x);
 }
 
 // ---- bf16 pairs ----
@@ -523,35 +636,36 @@ void RowPairs(const float* x, int64_t n, Pair* out) {
 template <typename T>
 void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(3 * L.group * td), out(L.group * td), kt(d * tp), s(kRowChunk * tp);
+    std::vector<float> in(PackedSize<T>(3, L)), out(PackedSize<T>(1, L)), kt(d * tp),
+        s(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
-      Pack(qkv, 3, L, bi, h0, hn, in.data());
+      const auto [bi, h0, hn] = L.task(task);
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
+      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out.data());
       for (int64_t h = 0; h < hn; ++h) {
-        const float* q = in.data() + h * td;
-        const float* v = in.data() + (2 * hn + h) * td;
-        float* o = out.data() + h * td;
+        const float* q = x.at(0, h);
+        const float* v = x.at(2, h);
+        float* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * td, t, d, tp, kt.data());
+        Transpose(x.at(1, h), x.ld, t, d, tp, kt.data());
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           // S = q k^T, causal column blocks only.
-          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * d, .ars = d, .aps = 1,
-                           .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
+                           .aps = 1, .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
                            .causal_cols = true, .row0 = c0});
           SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
           // ctx = P v over the keys each row block sees.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
-                           .b = v, .ldb = d, .c = o + c0 * d, .ldc = d, .band = Band::kUpTo,
-                           .row0 = c0});
+                           .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
+                           .band = Band::kUpTo, .row0 = c0});
         }
       }
-      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+      WriteResults(out.data(), 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -560,45 +674,45 @@ template <typename T>
 void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* probs, T* dqkv,
                        float scale) {
   const Isa& isa = ActiveIsa();
-  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), td = t * d;
+  const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(3 * L.group * td), g(L.group * td), out(3 * L.group * td), vt(d * tp),
-        ds(t * tp);
+    std::vector<float> in(PackedSize<T>(3, L)), gin(PackedSize<T>(1, L)),
+        out(PackedSize<T>(3, L)), vt(d * tp), ds(t * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
-      Pack(qkv, 3, L, bi, h0, hn, in.data());
-      Pack(grad, 1, L, bi, h0, hn, g.data());
+      const auto [bi, h0, hn] = L.task(task);
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
+      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin.data());
+      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out.data());
       for (int64_t h = 0; h < hn; ++h) {
-        const float* q = in.data() + h * td;
-        const float* k = in.data() + (hn + h) * td;
-        const float* go = g.data() + h * td;
+        const float* q = x.at(0, h);
+        const float* k = x.at(1, h);
+        const float* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        Transpose(in.data() + (2 * hn + h) * td, t, d, tp, vt.data());
-        float* dq = out.data() + h * td;
-        float* dk = out.data() + (hn + h) * td;
-        float* dv = out.data() + (2 * hn + h) * td;
+        Transpose(x.at(2, h), x.ld, t, d, tp, vt.data());
+        float* dq = y.at(0, h);
+        float* dk = y.at(1, h);
+        float* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           float* dsc = ds.data() + c0 * tp;
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
-          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * d, .ars = d, .aps = 1,
-                           .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp, .causal_cols = true,
-                           .row0 = c0});
+          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
+                           .aps = 1, .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp,
+                           .causal_cols = true, .row0 = c0});
           SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
-                           .ldb = d, .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
+                           .ldb = x.ld, .c = dq + c0 * y.ld, .ldc = y.ld, .band = Band::kUpTo,
                            .row0 = c0});
         }
         // dk = dS^T q, dv = P^T dO.
         RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
-                         .ldb = d, .c = dk, .ldc = d, .band = Band::kFrom});
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go, .ldb = d,
-                         .c = dv, .ldc = d, .band = Band::kFrom});
+                         .ldb = x.ld, .c = dk, .ldc = y.ld, .band = Band::kFrom});
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go,
+                         .ldb = g.ld, .c = dv, .ldc = y.ld, .band = Band::kFrom});
       }
-      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+      WriteResults(out.data(), 3, L, bi, h0, hn, dqkv);
     }
   });
 }
@@ -613,14 +727,13 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
     std::vector<Pair> in(3 * L.group * block), kt(dw * tp), vi(tp / 2 * d), p(kRowChunk * tp / 2);
     std::vector<float> out(L.group * td), s(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
+      const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
       for (int64_t h = 0; h < hn; ++h) {
         const Pair* q = in.data() + h * block;
         float* o = out.data() + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * block, tp, dw, tp, kt.data());
+        Transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
@@ -658,8 +771,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         dsi(tp / 2 * tp), pi(tp / 2 * tp);
     std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
-      const int64_t bi = task / L.groups(), h0 = task % L.groups() * L.group;
-      const int64_t hn = std::min(L.group, L.heads - h0);
+      const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
       PackPairs(grad, 1, L, bi, h0, hn, block, g.data());
       for (int64_t h = 0; h < hn; ++h) {
@@ -668,7 +780,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
         InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
         InterleavePairRows(go, tp, dw, d, gi.data());
-        Transpose(in.data() + (2 * hn + h) * block, tp, dw, tp, vt.data());
+        Transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
         float* dq = out.data() + h * td;
         float* dk = out.data() + (hn + h) * td;
         float* dv = out.data() + (2 * hn + h) * td;
