@@ -256,36 +256,56 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   const bool small = largest * esz <= GetTunables().shm_bytes;
   if (!small && !shm->cma()) return false;
   char* recv = static_cast<char*>(a.recv);
+  const char* send = static_cast<const char*>(a.send);
   const int64_t mine = a.recv_counts[r];
   const uint64_t hash = HashCounts(a.recv_counts);
-  ShmOp op(io, a);
-  // Small blocks go through this rank's slot; larger ones are read by the
-  // peers straight from the send buffer (one copy per block).
-  if (small && mine > 0) std::memcpy(op.slot(r), a.send, mine * esz);
-  op.Post(mine, hash, a.send, a.recv);
-  // The own block is copied while the peers post theirs.
   char* own = recv + a.recv_displs[r] * esz;
-  if (mine > 0 && own != a.send) std::memmove(own, a.send, mine * esz);
+  const bool copy_own = mine > 0 && own != send;
+  ShmOp op(io, a);
+  if (small) {
+    // Through the slots; the own block is copied while the peers post theirs.
+    if (mine > 0) std::memcpy(op.slot(r), send, mine * esz);
+    op.Post(mine, hash, send, recv);
+    if (copy_own) std::memmove(own, send, mine * esz);
+    *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
+    if (!status->ok()) return true;
+    for (int i = 1; i < n; ++i) {
+      const int peer = RankMod(r + i, n);
+      const int64_t c = a.recv_counts[peer];
+      if (c > 0) std::memcpy(recv + a.recv_displs[peer] * esz, op.slot(peer), c * esz);
+    }
+    return true;
+  }
+  // Larger blocks: the peers read them straight from the send buffer (one
+  // copy per block). Piece by piece, each rank reads its peers' pieces and
+  // then copies its own: a peer reads a piece of this rank's send buffer
+  // while this rank copies it, so the piece comes from memory once for both.
+  // Once it has read everything, a rank says so and copies its last own
+  // piece while waiting for its peers to say the same (only then may its
+  // caller reuse the send buffer).
+  op.Post(mine, hash, send, recv);
+  // An own block that overlaps the send buffer elsewhere cannot go in pieces.
+  const bool own_in_pieces = copy_own && (own + mine * esz <= send || send + mine * esz <= own);
+  if (copy_own && !own_in_pieces) std::memmove(own, send, mine * esz);
   *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
   if (!status->ok()) return true;
-  for (int i = 1; i < n; ++i) {
-    const int peer = RankMod(r + i, n);
-    const int64_t c = a.recv_counts[peer];
-    if (c == 0) continue;
-    char* dst = recv + a.recv_displs[peer] * esz;
-    if (small) {
-      std::memcpy(dst, op.slot(peer), c * esz);
-      continue;
+  const int64_t piece = std::max<int64_t>(1, GetTunables().cma_chunk_bytes / esz);
+  for (int64_t at = 0; at < largest; at += piece) {
+    for (int i = 1; i < n; ++i) {
+      const int peer = RankMod(r + i, n);
+      const int64_t len = std::min(piece, a.recv_counts[peer] - at);
+      if (len <= 0) continue;
+      Status read = shm->ReadPeer(peer, op.header(peer).send_addr + at * esz,
+                                  recv + (a.recv_displs[peer] + at) * esz, len * esz);
+      if (!read.ok()) {
+        *status = io.Fail(read.code(), read.message());
+        return true;
+      }
     }
-    Status read = shm->ReadPeer(peer, op.header(peer).send_addr, dst, c * esz);
-    if (!read.ok()) {
-      *status = io.Fail(read.code(), read.message());
-      return true;
-    }
+    if (at + piece >= largest) op.Raise(kFinished);
+    const int64_t len = std::min(piece, mine - at);
+    if (own_in_pieces && len > 0) std::memcpy(own + at * esz, send + at * esz, len * esz);
   }
-  if (small) return true;
-  // Peers may still be reading this rank's send buffer.
-  op.Raise(kFinished);
   *status = op.WaitFor(kFinished);
   return true;
 }
@@ -324,9 +344,16 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
     const int i = direct_order ? (j == 0 ? r : (j <= r ? j - 1 : j)) : RankMod(r + 1 + j, n);
     inputs[j] = i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed.displs[r] * esz;
   }
-  char* acc = io.scratch(Scratch::kAcc, mine * asz);
+  // Straight into the output where that cannot overwrite an input before
+  // it is read: the peers' blocks are in their slots; this rank's own block
+  // is read in the first pass with two ranks, else it must lie apart.
+  char* out = static_cast<char*>(a.recv);
+  const char* own = send + a.send_displs[r] * esz;
+  const bool apart = out + mine * esz <= own || own + mine * esz <= out;
+  const bool direct = esz == asz && (apart || (n == 2 && out == own));
+  char* acc = direct ? out : io.scratch(Scratch::kAcc, mine * asz);
   Fold(a.dtype, a.op, inputs.data(), n, acc, mine);
-  FromAcc(a.dtype, a.op, n, acc, a.recv, mine);
+  FromAcc(a.dtype, a.op, n, acc, out, mine);
   return true;
 }
 

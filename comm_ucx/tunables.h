@@ -20,6 +20,9 @@
 //                          segment per collective (default 64 KiB); larger
 //                          all-gathers read peers' buffers directly (CMA)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
+// TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
+//                          this large, copying its own block piece by piece
+//                          between them (default 1 MiB, minimum 64)
 // TPX_UCX_CHECK_LENGTHS    0 skips comparing each received length with the
 //                          posted one (only to measure what the check costs;
 //                          a size disagreement then goes undetected)
@@ -43,6 +46,7 @@ struct Tunables {
   bool shm;
   size_t shm_bytes;
   bool cma;
+  size_t cma_chunk_bytes;
 };
 
 const Tunables& GetTunables();
