@@ -13,7 +13,10 @@
 //                          (Worker::spin_us)
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
 // TPX_UCX_TICK_US          how long posted work may sit undriven before the
-//                          executor thread runs it (default 200)
+//                          executor thread runs it (default 200; up to 8
+//                          ticks right after a waiting thread ran
+//                          operations itself, as the executor then looks
+//                          less often)
 // TPX_UCX_SHM             0 keeps communicators whose ranks share a host off
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
