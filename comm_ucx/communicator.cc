@@ -10,10 +10,12 @@ namespace tpx::ucx {
 
 void OpState::Complete(Status status) {
   status_ = std::move(status);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_.store(true, std::memory_order_release);
-  }
+  done_.store(true, std::memory_order_seq_cst);
+  // A thread blocks on cv_ only after counting itself in sleepers_ and then
+  // looking at done_ under mu_: both sides sequentially consistent, either
+  // it sees done_ or this sees it. The usual waiter polls and never blocks.
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  { std::lock_guard<std::mutex> lock(mu_); }
   cv_.notify_all();
 }
 
@@ -27,11 +29,16 @@ bool OpState::WaitUntil(Clock::time_point deadline, bool forever) {
   }
   if (done()) return true;
   std::unique_lock<std::mutex> lock(mu_);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  auto finished_now = [&] { return done_.load(std::memory_order_seq_cst); };
+  bool finished = true;
   if (forever) {
-    cv_.wait(lock, [&] { return done(); });
-    return true;
+    cv_.wait(lock, finished_now);
+  } else {
+    finished = cv_.wait_until(lock, deadline, finished_now);
   }
-  return cv_.wait_until(lock, deadline, [&] { return done(); });
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return finished;
 }
 
 Status Communicator::Create(const tpx_comm_config_v1_t& config,

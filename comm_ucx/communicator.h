@@ -49,6 +49,7 @@ class OpState {
  private:
   std::atomic<bool> done_{false};
   Status status_;
+  std::atomic<int> sleepers_{0};  // threads blocked (or about to) on cv_
   std::mutex mu_;
   std::condition_variable cv_;
 };

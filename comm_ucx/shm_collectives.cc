@@ -318,16 +318,17 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   for (int64_t c : a.send_counts) total += c;
   const Tunables& t = GetTunables();
   if (total * esz > t.shm_bytes) return false;
-  const Blocks packed = PackedBlocks(a.send_counts);
   const uint64_t hash = HashCounts(a.send_counts);
   ShmOp op(io, a);
   // The slot holds the peers' blocks, packed in rank order (this rank
-  // reads its own block from `send`).
+  // reads its own block from `send`); block r is at `packed_r` in each.
   const char* send = static_cast<const char*>(a.send);
-  for (int b = 0; b < n; ++b) {
-    if (b != r && a.send_counts[b] > 0) {
-      std::memcpy(op.slot(r) + packed.displs[b] * esz, send + a.send_displs[b] * esz,
-                  a.send_counts[b] * esz);
+  int64_t packed_r = 0, at = 0;
+  for (int b = 0; b < n; at += a.send_counts[b], ++b) {
+    if (b == r) {
+      packed_r = at;
+    } else if (a.send_counts[b] > 0) {
+      std::memcpy(op.slot(r) + at * esz, send + a.send_displs[b] * esz, a.send_counts[b] * esz);
     }
   }
   op.Post(a.send_counts[r], hash, a.send, a.recv);
@@ -342,7 +343,7 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   Inputs inputs(n);
   for (int j = 0; j < n; ++j) {
     const int i = direct_order ? (j == 0 ? r : (j <= r ? j - 1 : j)) : RankMod(r + 1 + j, n);
-    inputs[j] = i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed.displs[r] * esz;
+    inputs[j] = i == r ? send + a.send_displs[r] * esz : op.slot(i) + packed_r * esz;
   }
   // Straight into the output where that cannot overwrite an input before
   // it is read: the peers' blocks are in their slots; this rank's own block
