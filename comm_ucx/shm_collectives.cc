@@ -12,7 +12,7 @@
 namespace tpx::ucx {
 namespace {
 
-// Stages within one operation (ShmControl::stage = 4 * op + phase).
+// Stages within one operation (ShmOpLine::stage = 4 * op + phase).
 constexpr uint64_t kPosted = 1;
 constexpr uint64_t kReduced = 2;
 constexpr uint64_t kFinished = 3;
@@ -40,16 +40,16 @@ class ShmOp {
   }
   int parity() const { return parity_; }
   char* slot(int rank) { return shm_.slot(rank, parity_); }
-  const ShmHeader& header(int rank) { return shm_.control(rank).header[parity_]; }
+  const ShmHeader& header(int rank) { return shm_.control(rank).line[parity_].header; }
 
   // Publishes this rank's header and raises its stage to "posted".
   void Post(int64_t count, uint64_t counts_hash, const void* send, const void* recv) {
     ShmControl& c = shm_.control(io_.rank());
-    ShmHeader& h = c.header[parity_];
+    ShmHeader& h = c.line[parity_].header;
     h.coll_seq = io_.seq();
     h.kind = a_.kind;
-    h.dtype = a_.dtype;
-    h.op = a_.op;
+    h.dtype = static_cast<uint16_t>(a_.dtype);
+    h.op = static_cast<uint16_t>(a_.op);
     h.count = count;
     h.counts_hash = counts_hash;
     h.send_addr = reinterpret_cast<uint64_t>(send);
@@ -58,7 +58,8 @@ class ShmOp {
     Raise(kPosted);
   }
   void Raise(uint64_t phase) {
-    shm_.control(io_.rank()).stage.store(4 * op_ + phase, std::memory_order_release);
+    shm_.control(io_.rank()).line[parity_].stage.store(4 * op_ + phase,
+                                                       std::memory_order_release);
   }
   Status WaitFor(uint64_t phase) { return io_.WaitStage(4 * op_ + phase); }
 
@@ -80,7 +81,7 @@ class ShmOp {
                             std::to_string(io_.rank()) + " runs collective " +
                             std::to_string(io_.seq()));
       }
-      if (h.dtype != static_cast<uint32_t>(a_.dtype) || h.op != static_cast<uint32_t>(a_.op)) {
+      if (h.dtype != static_cast<uint16_t>(a_.dtype) || h.op != static_cast<uint16_t>(a_.op)) {
         return io_.Fail(TPX_ERR_FAILED_PRECONDITION,
                         "dtype or reduction mismatch: " + who() + " posted dtype " +
                             std::to_string(h.dtype) + " op " + std::to_string(h.op) +
