@@ -1,5 +1,7 @@
 #include "comm_ucx/shm_collectives.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -20,6 +22,32 @@ constexpr uint64_t kFinished = 3;
 // Direct reads of a reduction go through a buffer this large, small enough
 // to stay in the core's cache until it is reduced.
 constexpr int64_t kDirectChunkBytes = 256 << 10;
+
+// Copies `bytes` (at most a slot) between buffers that do not overlap.
+// From 2 KiB on glibc's memcpy uses `rep movsb`, which on the AMD cores of
+// the benchmark host is slower than a plain vector loop for blocks of a
+// few KiB (an all-gather of 16-64 KiB through the slots: about 5% less
+// time); larger copies keep memcpy.
+void CopyBlock(void* dst, const void* src, size_t bytes) {
+#ifdef __AVX2__
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  size_t i = 0;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i v2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i v3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), v0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), v1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 64), v2);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 96), v3);
+  }
+  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
 
 uint64_t HashCounts(const std::vector<int64_t>& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
@@ -233,7 +261,7 @@ bool ShmAllReduce(OpIo& io, const CollArgs& a, Status* status) {
   const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
   const size_t bytes = a.count * esz;
   ShmOp op(io, a);
-  std::memcpy(op.slot(r), a.send, bytes);
+  CopyBlock(op.slot(r), a.send, bytes);
   op.Post(a.count, 0, a.send, a.recv);
   *status = op.WaitPeers(0, [&](int) { return a.count; });
   if (!status->ok()) return true;
@@ -265,15 +293,18 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   ShmOp op(io, a);
   if (small) {
     // Through the slots; the own block is copied while the peers post theirs.
-    if (mine > 0) std::memcpy(op.slot(r), send, mine * esz);
+    if (mine > 0) CopyBlock(op.slot(r), send, mine * esz);
     op.Post(mine, hash, send, recv);
-    if (copy_own) std::memmove(own, send, mine * esz);
+    if (copy_own) {
+      const bool apart = own + mine * esz <= send || send + mine * esz <= own;
+      apart ? CopyBlock(own, send, mine * esz) : void(std::memmove(own, send, mine * esz));
+    }
     *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
     if (!status->ok()) return true;
     for (int i = 1; i < n; ++i) {
       const int peer = RankMod(r + i, n);
       const int64_t c = a.recv_counts[peer];
-      if (c > 0) std::memcpy(recv + a.recv_displs[peer] * esz, op.slot(peer), c * esz);
+      if (c > 0) CopyBlock(recv + a.recv_displs[peer] * esz, op.slot(peer), c * esz);
     }
     return true;
   }
@@ -329,7 +360,7 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
     if (b == r) {
       packed_r = at;
     } else if (a.send_counts[b] > 0) {
-      std::memcpy(op.slot(r) + at * esz, send + a.send_displs[b] * esz, a.send_counts[b] * esz);
+      CopyBlock(op.slot(r) + at * esz, send + a.send_displs[b] * esz, a.send_counts[b] * esz);
     }
   }
   op.Post(a.send_counts[r], hash, a.send, a.recv);
