@@ -10,10 +10,12 @@ namespace tpx::ucx {
 
 void OpState::Complete(Status status) {
   status_ = std::move(status);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_.store(true, std::memory_order_release);
-  }
+  done_.store(true, std::memory_order_seq_cst);
+  // A thread blocks on cv_ only after counting itself in sleepers_ and then
+  // looking at done_ under mu_: both sides sequentially consistent, either
+  // it sees done_ or this sees it. The usual waiter polls and never blocks.
+  if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
+  { std::lock_guard<std::mutex> lock(mu_); }
   cv_.notify_all();
 }
 
@@ -27,11 +29,16 @@ bool OpState::WaitUntil(Clock::time_point deadline, bool forever) {
   }
   if (done()) return true;
   std::unique_lock<std::mutex> lock(mu_);
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  auto finished_now = [&] { return done_.load(std::memory_order_seq_cst); };
+  bool finished = true;
   if (forever) {
-    cv_.wait(lock, [&] { return done(); });
-    return true;
+    cv_.wait(lock, finished_now);
+  } else {
+    finished = cv_.wait_until(lock, deadline, finished_now);
   }
-  return cv_.wait_until(lock, deadline, [&] { return done(); });
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return finished;
 }
 
 Status Communicator::Create(const tpx_comm_config_v1_t& config,
@@ -126,7 +133,18 @@ bool Communicator::Wait(OpState& op, int64_t timeout_ms) {
         drive.try_lock();
       }
       if (drive.owns_lock()) {
+        waiter_drives_.store(true, std::memory_order_relaxed);
         Drive(&op);
+        waiter_drives_.store(false, std::memory_order_relaxed);
+        // Operations posted after this one are left to the executor: end
+        // its watch now, not at its next look.
+        if (HasWork()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (executor_watching_) {
+            watch_ended_ = true;
+            cv_.notify_one();
+          }
+        }
         continue;
       }
     }
@@ -148,7 +166,14 @@ void Communicator::ExecutorLoop() {
   // after it, it still progresses the worker at a slowing pace (1 ms doubling
   // to 64 ms), so that a protocol message this rank owes a peer always
   // leaves, however long the rank's threads stay away from the communicator.
+  // While a waiting thread runs the operations itself, the executor has
+  // nothing to do: it looks at a doubling interval (up to kMaxWatchTicks
+  // ticks) instead of every tick, each look costing the running operation
+  // a context switch; the waiting thread ends the watch when it leaves
+  // work behind.
   const auto tick = std::chrono::microseconds(GetTunables().tick_us);
+  constexpr int kMaxWatchTicks = 8;
+  auto watch = tick;
   const auto quiet = std::chrono::milliseconds(10);
   constexpr auto kFirstIdleWake = std::chrono::milliseconds(1);
   constexpr auto kLastIdleWake = std::chrono::milliseconds(64);
@@ -189,6 +214,16 @@ void Communicator::ExecutorLoop() {
       continue;
     }
     last_work = Clock::now();
+    if (waiter_drives_.load(std::memory_order_relaxed)) {
+      work_seen = false;
+      executor_watching_ = true;
+      cv_.wait_for(lock, watch, [&] { return stop_ || watch_ended_; });
+      executor_watching_ = false;
+      watch = watch_ended_ ? tick : std::min(2 * watch, kMaxWatchTicks * tick);
+      watch_ended_ = false;
+      continue;
+    }
+    watch = tick;
     if (!work_seen) {
       work_seen = true;
       cv_.wait_for(lock, tick, [&] { return stop_; });

@@ -49,6 +49,7 @@ class OpState {
  private:
   std::atomic<bool> done_{false};
   Status status_;
+  std::atomic<int> sleepers_{0};  // threads blocked (or about to) on cv_
   std::mutex mu_;
   std::condition_variable cv_;
 };
@@ -122,6 +123,12 @@ class Communicator {
   bool stop_ = false;
   bool executor_sleeping_ = false;
   std::atomic<bool> stopping_{false};
+  // The executor waits on cv_ while a waiting thread drives (watching) until
+  // that thread leaves work behind (watch_ended_); both guarded by mu_.
+  bool executor_watching_ = false;
+  bool watch_ended_ = false;
+  // Set by a thread that waits for an operation while it holds drive_mu_.
+  std::atomic<bool> waiter_drives_{false};
 
   // Whoever holds drive_mu_ owns the worker and the state below.
   std::mutex drive_mu_;

@@ -162,7 +162,8 @@ Status OpIo::CheckHealth() {
 bool OpIo::Awaited(int peer) const {
   if (awaited_stage_ != 0) {
     return peer != rank() &&
-           worker_.shm()->control(peer).stage.load(std::memory_order_acquire) < awaited_stage_;
+           worker_.shm()->control(peer).stage_for(awaited_stage_).load(std::memory_order_acquire) <
+               awaited_stage_;
   }
   // Completed requests not yet reaped do not count: a peer may finish its
   // part and leave before this rank processed the last message.
@@ -182,7 +183,7 @@ Status OpIo::WaitStage(uint64_t stage) {
   const int n = size(), r = rank();
   auto reached = [&] {
     for (int peer = 0; peer < n; ++peer) {
-      if (peer != r && shm.control(peer).stage.load(std::memory_order_acquire) < stage) {
+      if (peer != r && shm.control(peer).stage_for(stage).load(std::memory_order_acquire) < stage) {
         return false;
       }
     }

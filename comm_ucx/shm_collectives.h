@@ -5,8 +5,9 @@
 //    reads their slots (all_reduce, all_gather_v, reduce_scatter_v);
 //  - larger all_gather_v blocks: every rank posts its send buffer's
 //    address and reads its peers' blocks straight from their memory with
-//    one copy (process_vm_readv, when every rank can), then waits until its
-//    peers have read its own block before returning;
+//    one copy (process_vm_readv, when every rank can), piece by piece
+//    between the pieces of its own block's copy, then waits until its peers
+//    have read its own block before returning (the caller may reuse `send`);
 //  - larger all_reduce at two ranks, the same way: each rank reads and
 //    reduces one half of its peer's input, then reads the other half of
 //    the result from its peer's output.

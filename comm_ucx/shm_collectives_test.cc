@@ -1,9 +1,10 @@
 // The shared-memory path of the UCX plugin (comm_ucx/shm_collectives.h) at
 // world sizes 2-4: all_reduce, all_gather_v and reduce_scatter_v against
 // single-process references at sizes around the path's thresholds (shrunk
-// with TPX_UCX_SHM_BYTES) in f32, bf16, f16, i32 and i64; results bitwise
-// equal to the UCX path's; ranks that disagree on sizes or on the path get
-// errors; a peer killed mid-collective is an error on the others, not a
+// with TPX_UCX_SHM_BYTES, direct reads in several pieces) in f32, bf16,
+// f16, i32 and i64, in place too; send buffers overwritten as soon as a
+// call returns; results bitwise equal to the UCX path's; ranks that
+// disagree on sizes or on the path get errors; a peer killed mid-collective is an error on the others, not a
 // hang; and no segment is left in /dev/shm.
 #include <dirent.h>
 #include <signal.h>
@@ -30,10 +31,14 @@ namespace {
 
 // Small enough that a few KiB already take the direct-read path.
 constexpr int64_t kShmBytes = 4096;
+// Direct reads in pieces of this many bytes: blocks of a few KiB take
+// several, the last one short.
+constexpr int64_t kCmaChunkBytes = 3000;
 
 RunOptions ShmOptions() {
   RunOptions options;
   options.env.push_back({"TPX_UCX_SHM_BYTES", std::to_string(kShmBytes)});
+  options.env.push_back({"TPX_UCX_CMA_CHUNK_BYTES", std::to_string(kCmaChunkBytes)});
   return options;
 }
 
@@ -138,34 +143,74 @@ std::string AllGatherCases(RankEnv& env) {
     const int64_t per = kShmBytes / esz;
     for (int64_t unit : {int64_t{1}, per - 4, per, per + 1, 5 * per}) {
       for (bool uneven : {false, true}) {
-        std::vector<int64_t> counts =
-            uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
-        // Blocks laid out with gaps, which must stay untouched.
-        std::vector<int64_t> displs(env.world);
-        int64_t total = 0;
-        for (int r = 0; r < env.world; ++r) {
-          displs[r] = total;
-          total += counts[r] + 2;
+        for (bool in_place : {false, true}) {
+          std::vector<int64_t> counts =
+              uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
+          // Blocks laid out with gaps, which must stay untouched.
+          std::vector<int64_t> displs(env.world);
+          int64_t total = 0;
+          for (int r = 0; r < env.world; ++r) {
+            displs[r] = total;
+            total += counts[r] + 2;
+          }
+          std::vector<char> send(counts[env.rank] * esz + 1), recv(total * esz);
+          for (int64_t i = 0; i < total; ++i) Store(t, &recv[i * esz], 99);
+          // In place: this rank's block is already in recv.
+          char* mine = in_place ? &recv[displs[env.rank] * esz] : send.data();
+          for (int64_t i = 0; i < counts[env.rank]; ++i) {
+            Store(t, mine + i * esz, Value(env.rank, i));
+          }
+          auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, t);
+          a.count = counts[env.rank];
+          a.send = mine;
+          a.recv = recv.data();
+          a.recv_counts = counts.data();
+          a.recv_displs = displs.data();
+          const std::string what = "all_gather_v dtype " + std::to_string(t) + " unit " +
+                                   std::to_string(unit) + (uneven ? " uneven" : "") +
+                                   (in_place ? " in place" : "");
+          if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
+          for (int r = 0; r < env.world; ++r) {
+            for (int64_t i = 0; i < counts[r] + 2; ++i) {
+              const double want = i < counts[r] ? Value(r, i) : 99;
+              const double got = Load(t, &recv[(displs[r] + i) * esz]);
+              if (got != want) return Fail(what + " block " + std::to_string(r), i, got, want);
+            }
+          }
         }
-        std::vector<char> send(counts[env.rank] * esz + 1), recv(total * esz);
-        for (int64_t i = 0; i < total; ++i) Store(t, &recv[i * esz], 99);
-        for (int64_t i = 0; i < counts[env.rank]; ++i) {
-          Store(t, &send[i * esz], Value(env.rank, i));
-        }
-        auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, t);
-        a.count = counts[env.rank];
-        a.send = send.data();
-        a.recv = recv.data();
-        a.recv_counts = counts.data();
-        a.recv_displs = displs.data();
-        const std::string what = "all_gather_v dtype " + std::to_string(t) + " unit " +
-                                 std::to_string(unit) + (uneven ? " uneven" : "");
-        if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
-        for (int r = 0; r < env.world; ++r) {
-          for (int64_t i = 0; i < counts[r] + 2; ++i) {
-            const double want = i < counts[r] ? Value(r, i) : 99;
-            const double got = Load(t, &recv[(displs[r] + i) * esz]);
-            if (got != want) return Fail(what + " block " + std::to_string(r), i, got, want);
+      }
+    }
+  }
+  return "";
+}
+
+// Back-to-back all-gathers whose callers overwrite their send buffer as
+// soon as the call returns: a peer still reading it afterwards would
+// gather the overwritten values.
+std::string SendReusedAtOnceCases(RankEnv& env) {
+  for (int64_t count : {int64_t{16}, 3 * kShmBytes / 4 + 5}) {
+    std::vector<float> send(count), recv(count * env.world);
+    std::vector<int64_t> counts(env.world, count), displs(env.world);
+    for (int r = 0; r < env.world; ++r) displs[r] = r * count;
+    for (int64_t i = 0; i < count; ++i) send[i] = static_cast<float>(Value(env.rank, i));
+    for (int round = 0; round < 8; ++round) {
+      auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, TPX_DTYPE_F32);
+      a.count = count;
+      a.send = send.data();
+      a.recv = recv.data();
+      a.recv_counts = counts.data();
+      a.recv_displs = displs.data();
+      const std::string what =
+          "all_gather_v count " + std::to_string(count) + " round " + std::to_string(round);
+      if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
+      for (int64_t i = 0; i < count; ++i) {
+        send[i] = static_cast<float>(Value(env.rank, i + 1000 * (round + 1)));
+      }
+      for (int r = 0; r < env.world; ++r) {
+        for (int64_t i = 0; i < count; ++i) {
+          const double want = static_cast<float>(Value(r, i + 1000 * round));
+          if (recv[r * count + i] != want) {
+            return Fail(what + " block " + std::to_string(r), i, recv[r * count + i], want);
           }
         }
       }
@@ -180,36 +225,43 @@ std::string ReduceScatterCases(RankEnv& env) {
     const int64_t per = kShmBytes / esz;
     for (int64_t unit : {int64_t{1}, per / env.world - 2, per / env.world, per, 3 * per}) {
       for (bool uneven : {false, true}) {
-        std::vector<int64_t> counts =
-            uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
-        std::vector<int64_t> displs(env.world);
-        int64_t total = 0;
-        for (int r = 0; r < env.world; ++r) {
-          displs[r] = total;
-          total += counts[r] + 1;  // gaps in the input
-        }
-        // Element j of block b on rank r: Value(r, b * 1000 + j).
-        std::vector<char> send(total * esz + 1), recv(counts[env.rank] * esz + 1);
-        for (int b = 0; b < env.world; ++b) {
-          for (int64_t j = 0; j < counts[b]; ++j) {
-            Store(t, &send[(displs[b] + j) * esz], Value(env.rank, b * 1000 + j));
+        for (bool in_place : {false, true}) {
+          std::vector<int64_t> counts =
+              uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
+          std::vector<int64_t> displs(env.world);
+          int64_t total = 0;
+          for (int r = 0; r < env.world; ++r) {
+            displs[r] = total;
+            total += counts[r] + 1;  // gaps in the input
           }
-        }
-        auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, t);
-        a.count = counts[env.rank];
-        a.send = send.data();
-        a.recv = recv.data();
-        a.send_counts = counts.data();
-        a.send_displs = displs.data();
-        const std::string what = "reduce_scatter_v dtype " + std::to_string(t) + " unit " +
-                                 std::to_string(unit) + (uneven ? " uneven" : "");
-        if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
-        for (int64_t j = 0; j < counts[env.rank]; ++j) {
-          double sum = 0;
-          for (int r = 0; r < env.world; ++r) sum += Value(r, env.rank * 1000 + j);
-          const double want = Rounded(t, sum);
-          const double got = Load(t, &recv[j * esz]);
-          if (got != want) return Fail(what, j, got, want);
+          // The result over this rank's own input block: the shared-memory
+          // path allows it (it reads that block before writing).
+          if (in_place && total * esz > kShmBytes) continue;
+          // Element j of block b on rank r: Value(r, b * 1000 + j).
+          std::vector<char> send(total * esz + 1), recv(counts[env.rank] * esz + 1);
+          for (int b = 0; b < env.world; ++b) {
+            for (int64_t j = 0; j < counts[b]; ++j) {
+              Store(t, &send[(displs[b] + j) * esz], Value(env.rank, b * 1000 + j));
+            }
+          }
+          auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, t);
+          a.count = counts[env.rank];
+          a.send = send.data();
+          a.recv = in_place ? &send[displs[env.rank] * esz] : recv.data();
+          a.send_counts = counts.data();
+          a.send_displs = displs.data();
+          const std::string what = "reduce_scatter_v dtype " + std::to_string(t) + " unit " +
+                                   std::to_string(unit) + (uneven ? " uneven" : "") +
+                                   (in_place ? " in place" : "");
+          if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
+          const char* out = static_cast<const char*>(a.recv);
+          for (int64_t j = 0; j < counts[env.rank]; ++j) {
+            double sum = 0;
+            for (int r = 0; r < env.world; ++r) sum += Value(r, env.rank * 1000 + j);
+            const double want = Rounded(t, sum);
+            const double got = Load(t, out + j * esz);
+            if (got != want) return Fail(what, j, got, want);
+          }
         }
       }
     }
@@ -264,7 +316,8 @@ TEST_P(ShmWorld, CollectivesMatchReferences) {
   int pid = 0;
   EXPECT_EQ(RunRecordingPid(GetParam(), [](RankEnv& env) -> std::string {
               if (!MapsSegment()) return "no shared-memory segment mapped";
-              for (auto* cases : {&AllReduceCases, &AllGatherCases, &ReduceScatterCases}) {
+              for (auto* cases : {&AllReduceCases, &AllGatherCases, &SendReusedAtOnceCases,
+                                  &ReduceScatterCases}) {
                 if (std::string e = cases(env); !e.empty()) return e;
               }
               return "";

@@ -39,24 +39,34 @@ namespace tpx::ucx {
 struct ShmHeader {
   uint64_t coll_seq;  // the communicator's collective number
   uint32_t kind;
-  uint32_t dtype;
-  uint32_t op;
-  uint32_t reserved;
+  uint16_t dtype;
+  uint16_t op;
   int64_t count;        // this rank's element count (v-collectives: its block)
   uint64_t counts_hash;  // of the per-rank counts (v-collectives)
   uint64_t send_addr;  // buffers in this rank's address space (CMA reads)
   uint64_t recv_addr;
 };
 
-// One rank's control block; its own cache lines.
-struct alignas(128) ShmControl {
+// A rank's operations of one parity (op number & 1): its progress through
+// the latest of them and what it posted for it, in one cache line, so that
+// a peer that sees the stage gets the header with it.
+struct alignas(64) ShmOpLine {
   // Monotonic: 4 * op + phase (1 posted, 2 first pass done, 3 finished).
   std::atomic<uint64_t> stage;
+  ShmHeader header;
+};
+static_assert(sizeof(ShmOpLine) == 64, "stage and header share one cache line");
+
+// One rank's control block; its own cache lines.
+struct alignas(128) ShmControl {
+  ShmOpLine line[2];  // by operation parity
   // 1 + the collective number of this rank's latest operation through the
   // segment: a peer running that collective over UCX instead has a
-  // different idea of its size.
-  std::atomic<uint64_t> last_coll;
-  ShmHeader header[2];  // by operation parity
+  // different idea of its size. Apart from the lines peers poll.
+  alignas(64) std::atomic<uint64_t> last_coll;
+  // Rank `rank`'s stage word for stage `stage` (4 * op + phase): that of
+  // the op's parity, which reached `stage` once the rank did.
+  std::atomic<uint64_t>& stage_for(uint64_t stage) { return line[(stage >> 2) & 1].stage; }
 };
 
 class SharedSegment {

@@ -41,6 +41,8 @@ const Tunables& GetTunables() {
     t.shm = EnvInt("TPX_UCX_SHM", 1) != 0;
     t.shm_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SHM_BYTES", 64 << 10));
     t.cma = EnvInt("TPX_UCX_CMA", 1) != 0;
+    t.cma_chunk_bytes = static_cast<size_t>(
+        AtLeast("TPX_UCX_CMA_CHUNK_BYTES", EnvInt("TPX_UCX_CMA_CHUNK_BYTES", 1 << 20), 64));
     return t;
   }();
   return tunables;

@@ -13,13 +13,19 @@
 //                          (Worker::spin_us)
 // TPX_UCX_YIELD_US         sched_yield time before sleeping (default 2000)
 // TPX_UCX_TICK_US          how long posted work may sit undriven before the
-//                          executor thread runs it (default 200)
+//                          executor thread runs it (default 200; up to 8
+//                          ticks right after a waiting thread ran
+//                          operations itself, as the executor then looks
+//                          less often)
 // TPX_UCX_SHM             0 keeps communicators whose ranks share a host off
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
 //                          segment per collective (default 64 KiB); larger
 //                          all-gathers read peers' buffers directly (CMA)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
+// TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
+//                          this large, copying its own block piece by piece
+//                          between them (default 1 MiB, minimum 64)
 // TPX_UCX_CHECK_LENGTHS    0 skips comparing each received length with the
 //                          posted one (only to measure what the check costs;
 //                          a size disagreement then goes undetected)
@@ -43,6 +49,7 @@ struct Tunables {
   bool shm;
   size_t shm_bytes;
   bool cma;
+  size_t cma_chunk_bytes;
 };
 
 const Tunables& GetTunables();

@@ -543,6 +543,57 @@ TEST(UcxPlugin, OperationsProgressWithoutWait) {
             "");
 }
 
+TEST(UcxPlugin, OperationsLeftBehindByAWaitingThreadProgress) {
+  // A waiting thread runs operations itself (the executor only watches);
+  // those it leaves behind, or posts after it, must still progress while
+  // the ranks only poll.
+  EXPECT_EQ(RunRanks(2, [](RankEnv& env) -> std::string {
+              for (int64_t count : {16, 300000}) {
+                std::vector<float> x(count, static_cast<float>(env.rank + 1));
+                std::vector<float> y(count, static_cast<float>(env.rank + 1));
+                auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+                a.count = count;
+                a.send = a.recv = x.data();
+                auto b = a;
+                b.send = b.recv = y.data();
+                tpx_error_t err{};
+                auto poll = [&](tpx_request_t req) -> std::string {
+                  int done = 0, code = TPX_OK;
+                  while (!done) {
+                    code = env.plugin->test(req, &done, &err);
+                    if (!done) usleep(100);
+                  }
+                  env.plugin->request_free(req);
+                  return code == TPX_OK ? "" : err.message;
+                };
+                // Left behind: posted before the waited one finished.
+                tpx_request_t ra = nullptr, rb = nullptr;
+                if (env.plugin->post(env.comm, &a, &ra, &err) != TPX_OK) return err.message;
+                if (env.plugin->post(env.comm, &b, &rb, &err) != TPX_OK) return err.message;
+                const int waited = env.plugin->wait(ra, -1, &err);
+                env.plugin->request_free(ra);
+                if (waited != TPX_OK) return err.message;
+                if (std::string e = poll(rb); !e.empty()) return e;
+                // Posted after a run of waited operations.
+                for (int i = 0; i < 20; ++i) {
+                  if (std::string e = RunOp(env, a); !e.empty()) return e;
+                }
+                tpx_request_t rc = nullptr;
+                if (env.plugin->post(env.comm, &b, &rc, &err) != TPX_OK) return err.message;
+                if (std::string e = poll(rc); !e.empty()) return e;
+                // x: 21 in-place sums over the ranks (3, doubled 20 times);
+                // y: two (3, then 6).
+                const float want_x = 3.0f * static_cast<float>(1 << 20), want_y = 6.0f;
+                for (int64_t i = 0; i < count; ++i) {
+                  if (x[i] != want_x) return Mismatch("waited all_reduce", i, x[i], want_x);
+                  if (y[i] != want_y) return Mismatch("polled all_reduce", i, y[i], want_y);
+                }
+              }
+              return "";
+            }),
+            "");
+}
+
 TEST(UcxPlugin, DeadPeerFailsPendingAndLaterOps) {
   RunOptions options;
   options.comm_timeout_ms = 3000;
