@@ -137,6 +137,19 @@ std::vector<int64_t> UnevenCounts(int world, int64_t unit) {
   return counts;
 }
 
+// Offsets of blocks of `counts` elements laid out one after another with
+// `gap` elements between them; *total: the elements the layout spans.
+std::vector<int64_t> GappedDispls(const std::vector<int64_t>& counts, int64_t gap,
+                                  int64_t* total) {
+  std::vector<int64_t> displs(counts.size());
+  *total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    displs[r] = *total;
+    *total += counts[r] + gap;
+  }
+  return displs;
+}
+
 std::string AllGatherCases(RankEnv& env) {
   for (tpx_dtype_t t : kDtypes) {
     const size_t esz = SizeOfDtype(t);
@@ -147,12 +160,8 @@ std::string AllGatherCases(RankEnv& env) {
           std::vector<int64_t> counts =
               uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
           // Blocks laid out with gaps, which must stay untouched.
-          std::vector<int64_t> displs(env.world);
           int64_t total = 0;
-          for (int r = 0; r < env.world; ++r) {
-            displs[r] = total;
-            total += counts[r] + 2;
-          }
+          const std::vector<int64_t> displs = GappedDispls(counts, 2, &total);
           std::vector<char> send(counts[env.rank] * esz + 1), recv(total * esz);
           for (int64_t i = 0; i < total; ++i) Store(t, &recv[i * esz], 99);
           // In place: this rank's block is already in recv.
@@ -228,12 +237,8 @@ std::string ReduceScatterCases(RankEnv& env) {
         for (bool in_place : {false, true}) {
           std::vector<int64_t> counts =
               uneven ? UnevenCounts(env.world, unit) : std::vector<int64_t>(env.world, unit);
-          std::vector<int64_t> displs(env.world);
-          int64_t total = 0;
-          for (int r = 0; r < env.world; ++r) {
-            displs[r] = total;
-            total += counts[r] + 1;  // gaps in the input
-          }
+          int64_t total = 0;  // gaps in the input
+          const std::vector<int64_t> displs = GappedDispls(counts, 1, &total);
           // The result over this rank's own input block: the shared-memory
           // path allows it (it reads that block before writing).
           if (in_place && total * esz > kShmBytes) continue;
