@@ -2,7 +2,8 @@
 // communicator's shared-memory segment (shm_segment.h) instead of UCX:
 //  - small buffers (up to TPX_UCX_SHM_BYTES per rank): every rank copies its
 //    input into its slot, raises its stage, waits for its peers' stages and
-//    reads their slots (all_reduce, all_gather_v, reduce_scatter_v);
+//    reads their slots (all_reduce, all_gather_v, reduce_scatter_v;
+//    all_gather_v only up to half that per block where direct reads work);
 //  - larger all_gather_v blocks: every rank posts its send buffer's
 //    address and reads its peers' blocks straight from their memory with
 //    one copy (process_vm_readv, when every rank can), piece by piece

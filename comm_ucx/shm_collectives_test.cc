@@ -154,7 +154,7 @@ std::string AllGatherCases(RankEnv& env) {
   for (tpx_dtype_t t : kDtypes) {
     const size_t esz = SizeOfDtype(t);
     const int64_t per = kShmBytes / esz;
-    for (int64_t unit : {int64_t{1}, per - 4, per, per + 1, 5 * per}) {
+    for (int64_t unit : {int64_t{1}, per / 2 - 4, per / 2 + 1, per - 4, per, per + 1, 5 * per}) {
       for (bool uneven : {false, true}) {
         for (bool in_place : {false, true}) {
           std::vector<int64_t> counts =

@@ -21,7 +21,8 @@
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
 //                          segment per collective (default 64 KiB); larger
-//                          all-gathers read peers' buffers directly (CMA)
+//                          all-gathers (from half of it per rank) read
+//                          peers' buffers directly (CMA)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
 // TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
 //                          this large, copying its own block piece by piece
