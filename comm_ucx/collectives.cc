@@ -3,8 +3,8 @@
 namespace tpx::ucx {
 namespace {
 
-std::vector<int64_t> CopyArray(const int64_t* values, int world) {
-  return values == nullptr ? std::vector<int64_t>() : std::vector<int64_t>(values, values + world);
+PerRank CopyArray(const int64_t* values, int world) {
+  return values == nullptr ? PerRank() : PerRank(values, values + world);
 }
 
 }  // namespace

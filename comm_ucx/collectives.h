@@ -23,6 +23,7 @@
 
 #include "comm/plugin_abi.h"
 #include "comm_ucx/p2p.h"
+#include "comm_ucx/ring.h"
 #include "comm_ucx/status.h"
 
 namespace tpx::ucx {
@@ -38,7 +39,7 @@ struct CollArgs {
   const void* send;
   void* recv;
   int64_t count;
-  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  PerRank send_counts, send_displs, recv_counts, recv_displs;
   uint64_t seq;
 
   static CollArgs From(const tpx_coll_args_v1_t& raw, int world);

@@ -320,7 +320,7 @@ void Communicator::Execute(Queued op) {
                                                  "' failed earlier: " + failed_.message()));
     return;
   }
-  const auto start = Clock::now();
+  const auto start = CoarseNow();
   last_start_.store(start.time_since_epoch().count(), std::memory_order_relaxed);
   const auto deadline = start + std::chrono::milliseconds(timeout_ms_);
   Status s;

@@ -42,7 +42,7 @@ Blocks EvenBlocks(int64_t count, int parts) {
   return b;
 }
 
-Blocks PackedBlocks(const std::vector<int64_t>& counts) {
+Blocks PackedBlocks(const PerRank& counts) {
   Blocks b;
   int64_t offset = 0;
   for (int64_t c : counts) {
@@ -54,7 +54,7 @@ Blocks PackedBlocks(const std::vector<int64_t>& counts) {
 }
 
 Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const void* input,
-                         const std::vector<int64_t>& input_displs, void* acc,
+                         const PerRank& input_displs, void* acc,
                          const Blocks& blocks, Phase phase) {
   const int n = io.size(), r = io.rank();
   const size_t esz = ElementSize(dtype), asz = AccElementSize(dtype);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "comm/plugin_abi.h"
 #include "comm_ucx/p2p.h"
 #include "comm_ucx/status.h"
@@ -21,15 +22,19 @@
 namespace tpx::ucx {
 
 // Per-rank blocks of a buffer, in elements.
+// Per-rank values (counts, offsets), inline up to eight ranks: an
+// operation's arguments and blocks need no heap allocation there.
+using PerRank = absl::InlinedVector<int64_t, 8>;
+
 struct Blocks {
-  std::vector<int64_t> counts;
-  std::vector<int64_t> displs;
+  PerRank counts;
+  PerRank displs;
   int64_t max_count() const;
 };
 // `count` split into `parts` near-equal contiguous blocks.
 Blocks EvenBlocks(int64_t count, int parts);
 // Contiguous blocks with the given counts.
-Blocks PackedBlocks(const std::vector<int64_t>& counts);
+Blocks PackedBlocks(const PerRank& counts);
 
 // Sub-id phases; a collective that runs two ring passes uses two phases.
 enum Phase : uint32_t { kPhaseA = 0, kPhaseB = 1, kPhaseC = 2, kPhaseD = 3 };
@@ -41,7 +46,7 @@ enum Phase : uint32_t { kPhaseA = 0, kPhaseB = 1, kPhaseC = 2, kPhaseD = 3 };
 // The input is read once, never copied whole; `acc` may be the input itself
 // (same type and layout: in place).
 Status RingReduceScatter(OpIo& io, tpx_dtype_t dtype, tpx_reduce_op_t op, const void* input,
-                         const std::vector<int64_t>& input_displs, void* acc,
+                         const PerRank& input_displs, void* acc,
                          const Blocks& blocks, Phase phase);
 
 // Afterwards `buf` holds every rank's block (elements of `elem_size` bytes).

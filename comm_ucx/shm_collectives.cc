@@ -49,7 +49,7 @@ void CopyBlock(void* dst, const void* src, size_t bytes) {
 #endif
 }
 
-uint64_t HashCounts(const std::vector<int64_t>& counts) {
+uint64_t HashCounts(const PerRank& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
   for (int64_t c : counts) {
     h ^= static_cast<uint64_t>(c);

@@ -22,6 +22,7 @@
 #ifndef TPX_COMM_UCX_UCX_WORKER_H_
 #define TPX_COMM_UCX_UCX_WORKER_H_
 
+#include <time.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -38,6 +39,17 @@
 namespace tpx::ucx {
 
 using Clock = std::chrono::steady_clock;
+
+// Clock::now() at the kernel tick's resolution (at most a tick behind): the
+// tick count is read without asking the clock source, a fraction of the
+// cost. For per-operation timestamps that only feed timeouts of seconds and
+// the executor's quiet spell.
+inline Clock::time_point CoarseNow() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);  // steady_clock's clock, coarse
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+      std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
+}
 
 // The process-wide UCP context, created on first use with this plugin's
 // defaults for settings the user did not set in the environment.
