@@ -277,6 +277,12 @@ void Communicator::Drive(const OpState* target) {
 }
 
 void Communicator::Finish(Queued& op, Status status) {
+  // Operations complete in post order: straight away when nothing earlier
+  // is still in flight, else behind it.
+  if (in_flight_.empty()) {
+    op.state->Complete(std::move(status));
+    return;
+  }
   in_flight_.push_back(InFlight{nullptr, op.state, std::move(status)});
   in_flight_count_.fetch_add(1, std::memory_order_release);
   PollInFlight();
