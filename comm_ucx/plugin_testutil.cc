@@ -164,7 +164,8 @@ std::string RunRanks(int world, const std::function<std::string(RankEnv&)>& body
 }
 
 std::string RunOp(RankEnv& env, const tpx_coll_args_v1_t& args, int* code_out) {
-  tpx_error_t err{};
+  tpx_error_t err;
+  err.message[0] = '\0';  // the plugin fills it on failure; not 1 KiB of zeros per op
   tpx_request_t req = nullptr;
   int code = env.plugin->post(env.comm, &args, &req, &err);
   if (code == TPX_OK) {

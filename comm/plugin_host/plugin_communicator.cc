@@ -103,7 +103,8 @@ class PluginWork : public WorkImpl {
 
   bool Wait(absl::Duration timeout, absl::Status* status) override {
     const tpx_comm_plugin_v1_t& api = shared_->plugin->api();
-    tpx_error_t err{};
+    tpx_error_t err;
+    err.message[0] = '\0';  // a plugin fills it on failure; not 1 KiB of zeros per op
     int done = 0;
     int rc;
     if (timeout == absl::ZeroDuration()) {
@@ -249,7 +250,8 @@ class PluginCommunicatorImpl : public Communicator {
       shared_->progress->Entered(seq);
     }
     tpx_request_t request = nullptr;
-    tpx_error_t err{};
+    tpx_error_t err;
+    err.message[0] = '\0';  // a plugin fills it on failure; not 1 KiB of zeros per op
     int rc = PostRaw(args, seq, &request, &err);
     const uint64_t numbered = IsPointToPoint(args.kind) ? 0 : seq;
     if (rc != TPX_OK) {
