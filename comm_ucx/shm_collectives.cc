@@ -49,6 +49,9 @@ void CopyBlock(void* dst, const void* src, size_t bytes) {
 #endif
 }
 
+// Whether [a, a + bytes) and [b, b + bytes) do not overlap.
+bool Disjoint(const char* a, const char* b, size_t bytes) { return a + bytes <= b || b + bytes <= a; }
+
 uint64_t HashCounts(const PerRank& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
   for (int64_t c : counts) {
@@ -301,8 +304,8 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
     if (mine > 0) CopyBlock(op.slot(r), send, mine * esz);
     op.Post(mine, hash, send, recv);
     if (copy_own) {
-      const bool apart = own + mine * esz <= send || send + mine * esz <= own;
-      apart ? CopyBlock(own, send, mine * esz) : void(std::memmove(own, send, mine * esz));
+      Disjoint(own, send, mine * esz) ? CopyBlock(own, send, mine * esz)
+                                      : void(std::memmove(own, send, mine * esz));
     }
     *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
     if (!status->ok()) return true;
@@ -322,7 +325,7 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   // caller reuse the send buffer).
   op.Post(mine, hash, send, recv);
   // An own block that overlaps the send buffer elsewhere cannot go in pieces.
-  const bool own_in_pieces = copy_own && (own + mine * esz <= send || send + mine * esz <= own);
+  const bool own_in_pieces = copy_own && Disjoint(own, send, mine * esz);
   if (copy_own && !own_in_pieces) std::memmove(own, send, mine * esz);
   *status = op.WaitPeers(hash, [&](int peer) { return a.recv_counts[peer]; });
   if (!status->ok()) return true;
@@ -387,8 +390,7 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   // is read in the first pass with two ranks, else it must lie apart.
   char* out = static_cast<char*>(a.recv);
   const char* own = send + a.send_displs[r] * esz;
-  const bool apart = out + mine * esz <= own || own + mine * esz <= out;
-  const bool direct = esz == asz && (apart || (n == 2 && out == own));
+  const bool direct = esz == asz && (Disjoint(out, own, mine * esz) || (n == 2 && out == own));
   char* acc = direct ? out : io.scratch(Scratch::kAcc, mine * asz);
   Fold(a.dtype, a.op, inputs.data(), n, acc, mine);
   FromAcc(a.dtype, a.op, n, acc, out, mine);
