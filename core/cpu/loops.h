@@ -13,7 +13,9 @@
 #include "absl/types/span.h"
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/vec_math.h"
 #include "core/merge_dims.h"
 
 // On the per-row body of an elementwise loop: inline every call in it (the
@@ -95,6 +97,28 @@ inline T StoreAs(V v) {
     return v != V(0);
   } else {
     return static_cast<T>(v);
+  }
+}
+
+// Writes out[j] = StoreAs<T>(f(j)) for j in [0, n), calling f once per j in
+// order (f may also accumulate). bf16 rows are computed into an f32 block
+// on the stack and rounded by FloatToBF16Array (core/cpu/bf16_convert.h),
+// which does in one instruction what the rounding formula takes about ten
+// for; other types store directly. Same bits either way.
+//
+//   StoreRow(y, h, [&](int64_t j) { return Gelu(Load(x[j]) + Load(b[j])); });
+template <typename T, typename F>
+TPX_VEC_INLINE void StoreRow(T* out, int64_t n, F&& f) {
+  if constexpr (std::is_same_v<T, BF16>) {
+    constexpr int64_t kBlock = 256;
+    float block[kBlock];
+    for (int64_t start = 0; start < n; start += kBlock) {
+      const int64_t len = n - start < kBlock ? n - start : kBlock;
+      for (int64_t j = 0; j < len; ++j) block[j] = f(start + j);
+      FloatToBF16Array(block, out + start, len);
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) out[j] = StoreAs<T>(f(j));
   }
 }
 

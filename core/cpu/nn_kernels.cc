@@ -120,26 +120,24 @@ TPX_VECTOR_CLONES void SoftmaxRow(const T* x, T* y, float* e, int64_t valid, int
 
 // y = GeLU(x + b) over a row.
 template <typename T>
-TPX_VECTOR_CLONES void BiasGeluRow(const T* x, const T* b, T* y, int64_t h) {
-  for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>(Gelu(Load(x[j]) + Load(b[j])));
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluRow(const T* x, const T* b, T* y, int64_t h) {
+  StoreRow(y, h, [&](int64_t j) { return Gelu(Load(x[j]) + Load(b[j])); });
 }
 
 // dx = g * GeLU'(x + b) over a row, and dx added to db_acc (f32, before
 // dx is rounded to T) when db_acc is not null.
 template <typename T>
-TPX_VECTOR_CLONES void BiasGeluBackwardRow(const T* g, const T* x, const T* b, T* dx,
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T* x, const T* b, T* dx,
                                            float* db_acc, int64_t h) {
   if (db_acc == nullptr) {
-    for (int64_t j = 0; j < h; ++j) {
-      dx[j] = StoreAs<T>(Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])));
-    }
+    StoreRow(dx, h, [&](int64_t j) { return Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])); });
     return;
   }
-  for (int64_t j = 0; j < h; ++j) {
+  StoreRow(dx, h, [&](int64_t j) {
     const float d = Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j]));
-    dx[j] = StoreAs<T>(d);
     db_acc[j] += d;
-  }
+    return d;
+  });
 }
 
 // dx = scale * y * (g - sum(g * y)).
