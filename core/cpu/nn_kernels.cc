@@ -19,69 +19,147 @@
 namespace tpx::cpu {
 namespace {
 
-// One row of layer norm, read and written in T (f32 arithmetic). w, b may
-// be null.
-template <typename T>
-TPX_VECTOR_CLONES void LayerNormRow(const T* x, const float* w, const float* b, T* y, int64_t h,
-                                    float eps, float* mean_out, float* rstd_out) {
-  const float mean = Sum8(h, [x](int64_t j) { return Load(x[j]); }) / static_cast<float>(h);
-  const float sq = Sum8(h, [x, mean](int64_t j) {
-    const float c = Load(x[j]) - mean;
-    return c * c;
-  });
-  const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(h) + eps);
-  if (w != nullptr && b != nullptr) {
-    for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>((Load(x[j]) - mean) * rstd * w[j] + b[j]);
-  } else if (w != nullptr) {
-    for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>((Load(x[j]) - mean) * rstd * w[j]);
-  } else if (b != nullptr) {
-    for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>((Load(x[j]) - mean) * rstd + b[j]);
-  } else {
-    for (int64_t j = 0; j < h; ++j) y[j] = StoreAs<T>((Load(x[j]) - mean) * rstd);
+// Rows of layer norm handled together: their reductions overlap
+// (Sum8Rows) where one row of 128 would wait on its additions.
+constexpr int kNormRows = 4;
+
+// R consecutive rows of layer norm from f32 x (row stride h), written in T.
+// w, b may be null. Each row's arithmetic is that of a row alone.
+template <int R, typename T>
+TPX_VEC_INLINE void LayerNormRowsFromF32(const float* x, const float* w, const float* b, T* y,
+                                         int64_t h, float eps, float* mean_out,
+                                         float* rstd_out) {
+  float mean[R], sq[R];
+  Sum8Rows<R>(
+      h, [x, h](int r, int64_t i) { return LoadFloat8(x + r * h + i); },
+      [x, h](int r, int64_t j) { return x[r * h + j]; }, mean);
+  for (int r = 0; r < R; ++r) mean[r] /= static_cast<float>(h);
+  Sum8Rows<R>(
+      h,
+      [x, h, &mean](int r, int64_t i) {
+        const Float8 c = LoadFloat8(x + r * h + i) - mean[r];
+        return c * c;
+      },
+      [x, h, &mean](int r, int64_t j) {
+        const float c = x[r * h + j] - mean[r];
+        return c * c;
+      },
+      sq);
+  for (int r = 0; r < R; ++r) {
+    const float* xr = x + r * h;
+    T* yr = y + r * h;
+    const float m = mean[r];
+    const float rstd = 1.0f / std::sqrt(sq[r] / static_cast<float>(h) + eps);
+    if (w != nullptr && b != nullptr) {
+      StoreRow(yr, h, [&](int64_t j) { return (xr[j] - m) * rstd * w[j] + b[j]; });
+    } else if (w != nullptr) {
+      StoreRow(yr, h, [&](int64_t j) { return (xr[j] - m) * rstd * w[j]; });
+    } else if (b != nullptr) {
+      StoreRow(yr, h, [&](int64_t j) { return (xr[j] - m) * rstd + b[j]; });
+    } else {
+      StoreRow(yr, h, [&](int64_t j) { return (xr[j] - m) * rstd; });
+    }
+    mean_out[r] = m;
+    rstd_out[r] = rstd;
   }
-  *mean_out = mean;
-  *rstd_out = rstd;
 }
 
-// One row of the layer-norm backward: dx (may be null) and the row's
-// contribution to dw/db accumulators (may be null). The outputs never
-// overlap each other or the inputs; saying so lets the fused loop vectorise
-// (GCC gives up on the run-time overlap checks of five arrays).
-template <typename T>
-TPX_VECTOR_CLONES void LayerNormBackwardRow(const T* __restrict g, const T* __restrict x,
-                                            float mean, float rstd, const float* __restrict w,
-                                            T* __restrict dx, float* __restrict dw_acc,
-                                            float* __restrict db_acc, int64_t h) {
+// R consecutive rows of layer norm, read and written in T (f32
+// arithmetic). bf16/f16 rows are widened into `scratch` (R h floats) once
+// instead of in each of the three passes.
+template <int R, typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void LayerNormRows(const T* x, const float* w,
+                                                      const float* b, T* y, int64_t h, float eps,
+                                                      float* mean_out, float* rstd_out,
+                                                      float* scratch) {
+  if constexpr (kIsReduced<T>) {
+    for (int64_t j = 0; j < R * h; ++j) scratch[j] = Load(x[j]);
+    LayerNormRowsFromF32<R>(scratch, w, b, y, h, eps, mean_out, rstd_out);
+  } else {
+    LayerNormRowsFromF32<R>(x, w, b, y, h, eps, mean_out, rstd_out);
+  }
+}
+
+// The layer-norm backward of R consecutive rows from f32 g and x (row
+// stride h): dx (may be null) and the rows' contributions, in row order, to
+// dw/db accumulators (may be null). The outputs never overlap each other or
+// the inputs; saying so lets the fused loop vectorise (GCC gives up on the
+// run-time overlap checks of five arrays).
+template <int R, typename T>
+TPX_VEC_INLINE void LayerNormBackwardRowsFromF32(const float* __restrict g,
+                                                 const float* __restrict x,
+                                                 const float* mean, const float* rstd,
+                                                 const float* __restrict w, T* __restrict dx,
+                                                 float* __restrict dw_acc,
+                                                 float* __restrict db_acc, int64_t h) {
+  float s1[R], s2[R];
   if (dx != nullptr) {
     // dxhat = g * w; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)).
-    const float s1 = Sum8(h, [g, w](int64_t j) { return Load(g[j]) * w[j]; });
-    const float s2 = Sum8(h, [&](int64_t j) {
-      return Load(g[j]) * w[j] * ((Load(x[j]) - mean) * rstd);
-    });
-    const float m1 = s1 / static_cast<float>(h);
-    const float m2 = s2 / static_cast<float>(h);
-    if (dw_acc != nullptr && db_acc != nullptr) {
-      // The usual case: the weight and bias gradients in the same pass as dx
-      // (same arithmetic as the separate loops below).
-      for (int64_t j = 0; j < h; ++j) {
-        const float gj = Load(g[j]);
-        const float xhat = (Load(x[j]) - mean) * rstd;
-        dx[j] = StoreAs<T>(rstd * (gj * w[j] - m1 - xhat * m2));
-        dw_acc[j] += gj * xhat;
-        db_acc[j] += gj;
+    Sum8Rows<R>(
+        h, [&](int r, int64_t i) { return LoadFloat8(g + r * h + i) * LoadFloat8(w + i); },
+        [&](int r, int64_t j) { return g[r * h + j] * w[j]; }, s1);
+    Sum8Rows<R>(
+        h,
+        [&](int r, int64_t i) {
+          return LoadFloat8(g + r * h + i) * LoadFloat8(w + i) *
+                 ((LoadFloat8(x + r * h + i) - mean[r]) * rstd[r]);
+        },
+        [&](int r, int64_t j) {
+          return g[r * h + j] * w[j] * ((x[r * h + j] - mean[r]) * rstd[r]);
+        },
+        s2);
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* gr = g + r * h;
+    const float* xr = x + r * h;
+    const float mr = mean[r], rs = rstd[r];
+    if (dx != nullptr) {
+      T* dxr = dx + r * h;
+      const float m1 = s1[r] / static_cast<float>(h);
+      const float m2 = s2[r] / static_cast<float>(h);
+      if (dw_acc != nullptr && db_acc != nullptr) {
+        // The usual case: the weight and bias gradients in the same pass as
+        // dx (same arithmetic as the separate loops below).
+        StoreRow(dxr, h, [&](int64_t j) {
+          const float gj = gr[j];
+          const float xhat = (xr[j] - mr) * rs;
+          dw_acc[j] += gj * xhat;
+          db_acc[j] += gj;
+          return rs * (gj * w[j] - m1 - xhat * m2);
+        });
+        continue;
       }
-      return;
+      StoreRow(dxr, h, [&](int64_t j) {
+        const float d = gr[j] * w[j];
+        return rs * (d - m1 - ((xr[j] - mr) * rs) * m2);
+      });
     }
-    for (int64_t j = 0; j < h; ++j) {
-      const float d = Load(g[j]) * w[j];
-      dx[j] = StoreAs<T>(rstd * (d - m1 - ((Load(x[j]) - mean) * rstd) * m2));
+    if (dw_acc != nullptr) {
+      for (int64_t j = 0; j < h; ++j) dw_acc[j] += gr[j] * ((xr[j] - mr) * rs);
+    }
+    if (db_acc != nullptr) {
+      for (int64_t j = 0; j < h; ++j) db_acc[j] += gr[j];
     }
   }
-  if (dw_acc != nullptr) {
-    for (int64_t j = 0; j < h; ++j) dw_acc[j] += Load(g[j]) * ((Load(x[j]) - mean) * rstd);
-  }
-  if (db_acc != nullptr) {
-    for (int64_t j = 0; j < h; ++j) db_acc[j] += Load(g[j]);
+}
+
+// The layer-norm backward of R consecutive rows, g and x read in T.
+// bf16/f16 rows are widened once into `scratch` (2 R h floats).
+template <int R, typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void LayerNormBackwardRows(
+    const T* __restrict g, const T* __restrict x, const float* mean, const float* rstd,
+    const float* __restrict w, T* __restrict dx, float* __restrict dw_acc,
+    float* __restrict db_acc, int64_t h, float* __restrict scratch) {
+  if constexpr (kIsReduced<T>) {
+    float* gf = scratch;
+    float* xf = scratch + R * h;
+    for (int64_t j = 0; j < R * h; ++j) {
+      gf[j] = Load(g[j]);
+      xf[j] = Load(x[j]);
+    }
+    LayerNormBackwardRowsFromF32<R>(gf, xf, mean, rstd, w, dx, dw_acc, db_acc, h);
+  } else {
+    LayerNormBackwardRowsFromF32<R>(g, x, mean, rstd, w, dx, dw_acc, db_acc, h);
   }
 }
 
@@ -167,8 +245,14 @@ absl::Status CpuDeviceKernels::LayerNorm(const Tensor& y, const Tensor& mean, co
     using T = decltype(tag);
     const T* xp = x.data<T>();
     T* yp = y.data<T>();
-    for (int64_t r = first; r < last; ++r) {
-      LayerNormRow(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r);
+    std::vector<float> scratch(kIsReduced<T> ? kNormRows * h : 0);
+    int64_t r = first;
+    for (; r + kNormRows <= last; r += kNormRows) {
+      LayerNormRows<kNormRows>(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r,
+                               scratch.data());
+    }
+    for (; r < last; ++r) {
+      LayerNormRows<1>(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r, scratch.data());
     }
   });
   return absl::OkStatus();
@@ -198,12 +282,21 @@ absl::Status CpuDeviceKernels::LayerNormBackward(const Tensor& dx, const Tensor&
     const T* gp = grad.data<T>();
     const T* xp = x.data<T>();
     T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+    std::vector<float> scratch(kIsReduced<T> ? 2 * kNormRows * h : 0);
     for (int64_t c = first; c < last; ++c) {
       float* dw_acc = want_dw ? sums.ZeroedPartial(c, 0) : nullptr;
       float* db_acc = want_db ? sums.ZeroedPartial(c, 1) : nullptr;
-      for (int64_t r = sums.first_row(c); r < sums.last_row(c); ++r) {
-        LayerNormBackwardRow(gp + r * h, xp + r * h, mp[r], rp[r], w,
-                             dxp != nullptr ? dxp + r * h : nullptr, dw_acc, db_acc, h);
+      const int64_t end = sums.last_row(c);
+      int64_t r = sums.first_row(c);
+      for (; r + kNormRows <= end; r += kNormRows) {
+        LayerNormBackwardRows<kNormRows>(gp + r * h, xp + r * h, mp + r, rp + r, w,
+                                         dxp != nullptr ? dxp + r * h : nullptr, dw_acc,
+                                         db_acc, h, scratch.data());
+      }
+      for (; r < end; ++r) {
+        LayerNormBackwardRows<1>(gp + r * h, xp + r * h, mp + r, rp + r, w,
+                                 dxp != nullptr ? dxp + r * h : nullptr, dw_acc, db_acc, h,
+                                 scratch.data());
       }
     }
   });

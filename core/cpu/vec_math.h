@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 // Compiles a (non-inline; templates too) function twice, for AVX-512
 // (x86-64-v4) and for the build's baseline, and picks one when the program
@@ -126,6 +127,39 @@ TPX_VEC_INLINE float Sum8(int64_t n, F f) {
   float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < n; ++i) s += f(i);
   return s;
+}
+
+// Eight floats as one GCC vector: arithmetic on it is lane by lane, the
+// same IEEE operations as on the floats one at a time.
+using Float8 = float __attribute__((vector_size(32)));
+
+TPX_VEC_INLINE Float8 LoadFloat8(const float* p) {
+  Float8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// R Sum8s at once, bit for bit: sums[r] = Sum8(n, [&](int64_t j) { return
+// f1(r, j); }) where f8(r, i) is the Float8 of f1(r, i) .. f1(r, i + 7).
+// One Sum8 over a short row (a layer-norm row of 128) waits on its chain of
+// additions; R independent chains in one loop overlap. (The vectoriser
+// keeps one Sum8's eight partial sums in a register, but spills R of them.)
+template <int R, typename F8, typename F1>
+TPX_VEC_INLINE void Sum8Rows(int64_t n, F8 f8, F1 f1, float* sums) {
+  Float8 acc[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) acc[r] = Float8{};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r] += f8(r, i);
+  }
+  for (int r = 0; r < R; ++r) {
+    const Float8 a = acc[r];
+    float s = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (int64_t k = i; k < n; ++k) s += f1(r, k);
+    sums[r] = s;
+  }
 }
 
 }  // namespace tpx::cpu

@@ -1,8 +1,10 @@
 #include "core/cpu/vec_math.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -104,6 +106,51 @@ TEST(VecMathTest, GeluGradientAbsoluteErrorAndLimits) {
   EXPECT_EQ(GeluGrad(-40.0f), 0.0f);
   EXPECT_EQ(GeluGrad(40.0f), 1.0f);
   EXPECT_TRUE(std::isnan(GeluGrad(std::numeric_limits<float>::quiet_NaN())));
+}
+
+// Sum8Rows must give each row's Sum8 bit for bit (layer norm's results
+// depend on it), for plain sums and for products the compiler may fuse into
+// the accumulation, at lengths with and without a tail.
+TEST(VecMathTest, Sum8RowsMatchesSum8BitForBit) {
+  constexpr int kRows = 4;
+  for (int64_t n : {0, 1, 7, 8, 9, 128, 131, 1000}) {
+    std::vector<float> x(kRows * n), w(n);
+    uint32_t state = 12345u + static_cast<uint32_t>(n);
+    auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<float>(state >> 8) / 16777216.0f * 6.0f - 3.0f;
+    };
+    for (float& v : x) v = next();
+    for (float& v : w) v = next();
+    const float shift[kRows] = {0.25f, -1.5f, 3.0f, 0.0f};
+    float plain[kRows], fused[kRows];
+    Sum8Rows<kRows>(
+        n, [&](int r, int64_t i) { return LoadFloat8(&x[r * n + i]); },
+        [&](int r, int64_t j) { return x[r * n + j]; }, plain);
+    Sum8Rows<kRows>(
+        n,
+        [&](int r, int64_t i) {
+          const Float8 c = LoadFloat8(&x[r * n + i]) - shift[r];
+          return c * c * LoadFloat8(&w[i]);
+        },
+        [&](int r, int64_t j) {
+          const float c = x[r * n + j] - shift[r];
+          return c * c * w[j];
+        },
+        fused);
+    for (int r = 0; r < kRows; ++r) {
+      const float* xr = x.data() + r * n;
+      const float want_plain = Sum8(n, [xr](int64_t j) { return xr[j]; });
+      const float want_fused = Sum8(n, [&](int64_t j) {
+        const float c = xr[j] - shift[r];
+        return c * c * w[j];
+      });
+      EXPECT_EQ(std::bit_cast<uint32_t>(plain[r]), std::bit_cast<uint32_t>(want_plain))
+          << "n=" << n << " row " << r;
+      EXPECT_EQ(std::bit_cast<uint32_t>(fused[r]), std::bit_cast<uint32_t>(want_fused))
+          << "n=" << n << " row " << r;
+    }
+  }
 }
 
 }  // namespace
