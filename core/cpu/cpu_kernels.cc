@@ -82,7 +82,11 @@ void CopyElements(const Tensor& dst, const Tensor& src) {
             if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
               D* d = reinterpret_cast<D*>(p[0]);
               const S* x = reinterpret_cast<const S*>(p[1]);
-              for (int64_t i = 0; i < n; ++i) d[i] = Convert<D>(x[i]);
+              if constexpr (std::is_same_v<D, BF16> && std::is_same_v<S, float>) {
+                FloatToBF16Array(x, d, n);
+              } else {
+                for (int64_t i = 0; i < n; ++i) d[i] = Convert<D>(x[i]);
+              }
               return;
             }
             for (int64_t i = 0; i < n; ++i) {

@@ -25,13 +25,13 @@ void BinaryLoop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
         const TA* x = reinterpret_cast<const TA*>(p[1]);
         const TB* y = reinterpret_cast<const TB*>(p[2]);
         if (s[0] == sizeof(TO) && s[1] == sizeof(TA) && s[2] == sizeof(TB)) {
-          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i]), Load(y[i])));
+          StoreRow(o, n, [&](int64_t i) { return f(Load(x[i]), Load(y[i])); });
         } else if (s[0] == sizeof(TO) && s[1] == sizeof(TA) && s[2] == 0) {
           const auto yv = Load(*y);
-          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i]), yv));
+          StoreRow(o, n, [&](int64_t i) { return f(Load(x[i]), yv); });
         } else if (s[0] == sizeof(TO) && s[1] == 0 && s[2] == sizeof(TB)) {
           const auto xv = Load(*x);
-          for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(xv, Load(y[i])));
+          StoreRow(o, n, [&](int64_t i) { return f(xv, Load(y[i])); });
         } else {
           for (int64_t i = 0; i < n; ++i) {
             *reinterpret_cast<TO*>(p[0] + i * s[0]) =
@@ -51,7 +51,7 @@ void UnaryLoop(const Tensor& out, const Tensor& in, F f) {
                   if (s[0] == sizeof(TO) && s[1] == sizeof(TI)) {
                     TO* o = reinterpret_cast<TO*>(p[0]);
                     const TI* x = reinterpret_cast<const TI*>(p[1]);
-                    for (int64_t i = 0; i < n; ++i) o[i] = StoreAs<TO>(f(Load(x[i])));
+                    StoreRow(o, n, [&](int64_t i) { return f(Load(x[i])); });
                   } else {
                     for (int64_t i = 0; i < n; ++i) {
                       *reinterpret_cast<TO*>(p[0] + i * s[0]) = StoreAs<TO>(

@@ -205,8 +205,8 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluRow(const T* x, const T* b, T* y
 // dx = g * GeLU'(x + b) over a row, and dx added to db_acc (f32, before
 // dx is rounded to T) when db_acc is not null.
 template <typename T>
-TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T* x, const T* b, T* dx,
-                                           float* db_acc, int64_t h) {
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T* x, const T* b,
+                                                            T* dx, float* db_acc, int64_t h) {
   if (db_acc == nullptr) {
     StoreRow(dx, h, [&](int64_t j) { return Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])); });
     return;

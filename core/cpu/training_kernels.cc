@@ -106,11 +106,10 @@ TPX_VECTOR_CLONES void RowStats(const T* x, int64_t v, int64_t target, float* ou
 
 // dx_j = g * (exp(x_j - lse) - smooth_over_k) - [j == target] * g * target_coeff.
 template <typename T>
-TPX_VECTOR_CLONES void RowGrad(const T* x, T* dx, int64_t v, float lse, float g,
-                               float smooth_over_k, float target_coeff, int64_t target) {
-  for (int64_t j = 0; j < v; ++j) {
-    dx[j] = StoreAs<T>(g * (Exp(Load(x[j]) - lse) - smooth_over_k));
-  }
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void RowGrad(const T* x, T* dx, int64_t v, float lse, float g,
+                                                float smooth_over_k, float target_coeff,
+                                                int64_t target) {
+  StoreRow(dx, v, [&](int64_t j) { return g * (Exp(Load(x[j]) - lse) - smooth_over_k); });
   if (target >= 0) dx[target] = StoreAs<T>(Load(dx[target]) - g * target_coeff);
 }
 
@@ -170,9 +169,7 @@ TPX_VECTOR_CLONES void AdamWRange(float* __restrict p, const G* __restrict g,
     p[j] -= step * m[j] / (std::sqrt(s[j]) * inv_sqrt_bias2 + eps);
   }
   // The bf16 working weights from the same cache lines, still in L1.
-  if (working != nullptr) {
-    for (int64_t j = 0; j < n; ++j) working[j] = BF16::FromFloat(p[j]);
-  }
+  if (working != nullptr) FloatToBF16Array(p, working, n);
 }
 
 // Elements per AdamW block: the working-weight store re-reads p from L1.
@@ -183,21 +180,22 @@ constexpr int64_t kAdamWBlock = 2048;
 template <typename T, bool kBias, bool kKeep, bool kResidual>
 TPX_VEC_INLINE void DropoutAddRange(T* out, const T* x, const T* bias, const bool* keep,
                                     const T* residual, int64_t n, float scale) {
-  for (int64_t i = 0; i < n; ++i) {
+  StoreRow(out, n, [&](int64_t i) {
     float v = Load(x[i]);
     if constexpr (kBias) v += Load(bias[i]);
     if constexpr (kKeep) v = keep[i] ? v * scale : 0.0f;
     else v *= scale;
     if constexpr (kResidual) v += Load(residual[i]);
-    out[i] = StoreAs<T>(v);
-  }
+    return v;
+  });
 }
 
 // The eight variants of one dtype, chosen per call (the branches stay out of
 // the element loop).
 template <typename T>
-TPX_VECTOR_CLONES void DropoutAddAny(T* out, const T* x, const T* bias, const bool* keep,
-                                  const T* residual, int64_t n, float scale) {
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void DropoutAddAny(T* out, const T* x, const T* bias,
+                                                      const bool* keep, const T* residual,
+                                                      int64_t n, float scale) {
   const int variant = (bias != nullptr ? 4 : 0) | (keep != nullptr ? 2 : 0) |
                       (residual != nullptr ? 1 : 0);
   switch (variant) {
