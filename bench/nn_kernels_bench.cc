@@ -1,7 +1,11 @@
 // The CPU row kernels of a GPT block outside its GEMMs, at the GPT example's
 // shapes: bias + GeLU forward and backward (the backward with its bias
 // gradient from the same pass, beside the composed GeluBackward + SumTo),
-// layer norm forward and backward, and a bias gradient alone (SumTo [h]).
+// layer norm forward and backward, a bias gradient alone (SumTo [h]), the
+// residual-stream gradient sum (Add [rows, h]), bias + residual (DropoutAdd
+// without dropout), an f32 -> dtype copy of the MLP activations (To), and
+// an AdamW update of --params f32 weights (bf16: bf16 gradients and working
+// weights, as mixed precision trains).
 //
 //   bazel run -c opt //bench:nn_kernels -- [--rows=2048] [--h=128] [--ffn=512] [--reps=21]
 //
@@ -27,6 +31,7 @@
 ABSL_FLAG(int64_t, rows, 2048, "rows (tokens per step)");
 ABSL_FLAG(int64_t, h, 128, "hidden size (layer norm, bias gradient)");
 ABSL_FLAG(int64_t, ffn, 512, "MLP hidden size (bias + GeLU)");
+ABSL_FLAG(int64_t, params, 842496, "AdamW parameters (the GPT example's count)");
 ABSL_FLAG(int, reps, 21, "timed calls per configuration");
 
 namespace tpx {
@@ -59,6 +64,7 @@ absl::StatusOr<double> MedianUs(int reps, const std::function<absl::Status()>& f
 absl::Status Run() {
   const int64_t rows = absl::GetFlag(FLAGS_rows), h = absl::GetFlag(FLAGS_h);
   const int64_t ffn = absl::GetFlag(FLAGS_ffn);
+  const int64_t params = absl::GetFlag(FLAGS_params);
   const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     TPX_ASSIGN_OR_RETURN(Tensor up, Random({rows, ffn}, dtype, 1));
@@ -69,12 +75,26 @@ absl::Status Run() {
     TPX_ASSIGN_OR_RETURN(Tensor w, Random({h}, DType::kF32, 6));
     TPX_ASSIGN_OR_RETURN(Tensor b, Random({h}, DType::kF32, 7));
     TPX_ASSIGN_OR_RETURN(ops::LayerNormResult ln, ops::LayerNorm(x, w, b, 1e-5));
+    TPX_ASSIGN_OR_RETURN(Tensor x_bias, Random({h}, dtype, 8));
+    TPX_ASSIGN_OR_RETURN(Tensor up_f32, Random({rows, ffn}, DType::kF32, 9));
+    TPX_ASSIGN_OR_RETURN(Tensor param, Random({params}, DType::kF32, 10));
+    TPX_ASSIGN_OR_RETURN(Tensor param_grad, Random({params}, dtype, 11));
+    TPX_ASSIGN_OR_RETURN(Tensor exp_avg, Tensor::Zeros({params}));
+    TPX_ASSIGN_OR_RETURN(Tensor exp_avg_sq, Tensor::Zeros({params}));
+    Tensor working;
+    if (dtype == DType::kBF16) {
+      TPX_ASSIGN_OR_RETURN(working, param.To(DType::kBF16));
+    }
+    // Small steps so repeated updates stay finite.
+    const AdamWCoefficients adamw = {.decay = 1.0f - 1e-6f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                     .step_size = 1e-6f, .inv_sqrt_bias2 = 1.0f, .eps = 1e-8f};
     struct Op {
       const char* name;
       int64_t width;
       std::function<absl::Status()> fn;
+      bool one_row = false;  // width is every element (reported as rows 1)
     };
-    const std::vector<Op> all = {
+    std::vector<Op> all = {
         {"bias_gelu", ffn, [&] { return ops::BiasGelu(up, up_bias).status(); }},
         {"bias_gelu_backward", ffn,
          [&] { return ops::BiasGeluBackward(up_grad, up, up_bias).status(); }},
@@ -91,17 +111,27 @@ absl::Status Run() {
                .status();
          }},
         {"bias_grad_sum", h, [&] { return ops::SumTo(x_grad, {h}).status(); }},
+        {"grad_add", h, [&] { return ops::Add(x_grad, x).status(); }},
+        {"bias_residual_add", h,
+         [&] { return ops::DropoutAdd(x_grad, x_bias, Tensor(), x, 1.0).status(); }},
+        {"adamw", params, [&] {
+           return ops::AdamWStep(param, param_grad, exp_avg, exp_avg_sq, working, adamw);
+         }, /*one_row=*/true},
     };
+    if (dtype != DType::kF32) {  // f32 -> f32 would copy nothing
+      all.push_back({"to_dtype_from_f32", ffn, [&] { return up_f32.To(dtype).status(); }});
+    }
     for (int threads : {1, 2}) {
       SetGemmThreads(threads);
       for (const Op& op : all) {
         TPX_ASSIGN_OR_RETURN(double us, MedianUs(reps, op.fn));
+        const int64_t op_rows = op.one_row ? 1 : rows;
         std::printf(
             "{\"bench\":\"nn_kernels\",\"op\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,"
             "\"rows\":%lld,\"h\":%lld,\"us\":%.1f,\"ns_per_element\":%.3f}\n",
             op.name, std::string(DTypeName(dtype)).c_str(), threads,
-            static_cast<long long>(rows), static_cast<long long>(op.width), us,
-            us * 1e3 / static_cast<double>(rows * op.width));
+            static_cast<long long>(op_rows), static_cast<long long>(op.width), us,
+            us * 1e3 / static_cast<double>(op_rows * op.width));
         std::fflush(stdout);
       }
     }
