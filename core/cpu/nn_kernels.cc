@@ -196,23 +196,37 @@ TPX_VECTOR_CLONES void SoftmaxRow(const T* x, T* y, float* e, int64_t valid, int
   for (int64_t j = std::max<int64_t>(valid, 0); j < n; ++j) y[j] = StoreAs<T>(0.0f);
 }
 
-// y = GeLU(x + b) over a row.
+// The bias of a row kernel in f32: b itself, or for bf16/f16 widened once
+// into `buf` rather than in every row.
 template <typename T>
-TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluRow(const T* x, const T* b, T* y, int64_t h) {
-  StoreRow(y, h, [&](int64_t j) { return Gelu(Load(x[j]) + Load(b[j])); });
+const float* BiasInF32(const T* b, int64_t h, std::vector<float>& buf) {
+  if constexpr (kIsReduced<T>) {
+    buf.resize(h);
+    for (int64_t j = 0; j < h; ++j) buf[j] = Load(b[j]);
+    return buf.data();
+  } else {
+    return b;
+  }
 }
 
-// dx = g * GeLU'(x + b) over a row, and dx added to db_acc (f32, before
-// dx is rounded to T) when db_acc is not null.
+// y = GeLU(x + b) over a row (b in f32, BiasInF32).
 template <typename T>
-TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T* x, const T* b,
-                                                            T* dx, float* db_acc, int64_t h) {
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluRow(const T* x, const float* b, T* y, int64_t h) {
+  StoreRow(y, h, [&](int64_t j) { return Gelu(Load(x[j]) + b[j]); });
+}
+
+// dx = g * GeLU'(x + b) over a row (b in f32, BiasInF32), and dx added to
+// db_acc (f32, before dx is rounded to T) when db_acc is not null.
+template <typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T* x,
+                                                            const float* b, T* dx, float* db_acc,
+                                                            int64_t h) {
   if (db_acc == nullptr) {
-    StoreRow(dx, h, [&](int64_t j) { return Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j])); });
+    StoreRow(dx, h, [&](int64_t j) { return Load(g[j]) * GeluGrad(Load(x[j]) + b[j]); });
     return;
   }
   StoreRow(dx, h, [&](int64_t j) {
-    const float d = Load(g[j]) * GeluGrad(Load(x[j]) + Load(b[j]));
+    const float d = Load(g[j]) * GeluGrad(Load(x[j]) + b[j]);
     db_acc[j] += d;
     return d;
   });
@@ -346,7 +360,8 @@ absl::Status CpuDeviceKernels::BiasGelu(const Tensor& y, const Tensor& x, const 
   ParallelFloatRows(x.dtype(), rows, h, [&](auto tag, int64_t first, int64_t last) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
-    const T* bp = bias.data<T>();
+    std::vector<float> bias_buf;
+    const float* bp = BiasInF32(bias.data<T>(), h, bias_buf);
     T* yp = y.data<T>();
     for (int64_t r = first; r < last; ++r) BiasGeluRow(xp + r * h, bp, yp + r * h, h);
   });
@@ -367,7 +382,8 @@ absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& 
     using T = decltype(tag);
     const T* gp = grad.data<T>();
     const T* xp = x.data<T>();
-    const T* bp = bias.data<T>();
+    std::vector<float> bias_buf;
+    const float* bp = BiasInF32(bias.data<T>(), h, bias_buf);
     T* dp = dx.data<T>();
     for (int64_t c = first; c < last; ++c) {
       float* db_acc = want_db ? sums.ZeroedPartial(c, 0) : nullptr;
