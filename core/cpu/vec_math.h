@@ -1,6 +1,7 @@
 // Branch-free float math that the compiler can vectorise in plain loops
 // (libm's expf is a scalar call per element), and a sum that vectorises
-// without reassociation flags. Internal to the CPU kernels.
+// without reassociation flags (Sum8; Sum8Rows for several short rows at
+// once, bit for bit the same). Internal to the CPU kernels.
 #ifndef TPX_CORE_CPU_VEC_MATH_H_
 #define TPX_CORE_CPU_VEC_MATH_H_
 
