@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -363,9 +364,11 @@ TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
   return Sum8(n, [x](int64_t j) { return x[j]; });
 }
 
-// x[0..n) *= s.
-TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s) {
-  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+// x[0..n) *= s, and out[0..m) = the result (m <= n): one pass for the
+// probabilities P v reads and the copy kept for the backward.
+TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s, float* out, int64_t m) {
+  for (int64_t j = 0; j < m; ++j) out[j] = x[j] = x[j] * s;
+  for (int64_t j = m; j < n; ++j) x[j] *= s;
 }
 
 // sum(p * dp) over [0, n).
@@ -373,17 +376,22 @@ TPX_VECTOR_CLONES float RowDot(const float* p, const float* dp, int64_t n) {
   return Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
 }
 
-// ds[0..n) = scale * p * (dp - dot), in place over dp.
+// ds[0..n) = scale * p * (dp - dot), in place over dp, and pc[0..n) = p.
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float dot,
-                                          float scale) {
-  for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
+                                          float scale, float* pc) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j];
+    pc[j] = pj;
+    dp[j] = scale * (pj * (dp[j] - dot));
+  }
 }
 
 // P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
 // each row's softmax runs over whole vectors, the keys after the diagonal
 // masked, and the rest of the columns P v reads (up to the chunk's end,
-// rounded up to a pair) is zeroed. Copies P to pr ([t, t]) unless it is
-// null.
+// rounded up to a pair) is zeroed. Unless pr is null, row i of P is also
+// written to pr ([t, t]) over the keys the backward reads, [0, min(t,
+// RoundUp(i + 1, 16))); the rest of pr's row (all zeros) is not written.
 void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
   const int64_t tp = RoundUp(t, kLanes);
   // Each step for all the rows before the next: a row's sum is one chain of
@@ -399,19 +407,19 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    ScaleRow(row, n, 1.0f / sum[i - c0]);
+    ScaleRow(row, n, 1.0f / sum[i - c0], pr != nullptr ? pr + i * t : nullptr,
+             pr != nullptr ? std::min(n, t) : 0);
     std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
-    if (pr != nullptr) {
-      std::copy_n(row, std::min(n, t), pr + i * t);
-      std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
-    }
   }
 }
 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
-// rows) (ds: [rows, tp]), zero after the diagonal up to tp.
+// rows) (ds: [rows, tp]), zero after the diagonal up to tp. pr is the
+// forward's P ([t, t], read over the keys SoftmaxChunk wrote); its rows are
+// copied to pc ([rows, tp], zero after the diagonal up to tp) for the
+// products that read P across rows.
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
-                          float scale) {
+                          float scale, float* pc) {
   const int64_t tp = RoundUp(t, kLanes);
   // Whole vectors where the row has them: P is 0 after the diagonal.
   auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
@@ -423,8 +431,10 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale);
+    float* prow = pc + (i - c0) * tp;
+    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale, prow);
     std::fill(row + len(i), row + tp, 0.0f);
+    std::fill(prow + len(i), prow + tp, 0.0f);
   }
 }
 
@@ -450,6 +460,35 @@ struct Layout {
     const int64_t h0 = i % groups() * group;
     return {i / groups(), h0, std::min(group, heads - h0)};
   }
+};
+
+// A kernel thread's scratch floats, reused by the calls on that thread
+// (with a fresh buffer per call, the packed blocks, 0.5 MiB per task at the
+// GPT sizes, came as new pages from the OS on every call, and zeroed).
+// Holds up to kKeep floats between calls; a call needing more gets its own
+// buffer. Nothing in it is zero: every piece is written before it is read.
+class Scratch {
+ public:
+  // Room for pieces of the given sizes (floats).
+  explicit Scratch(std::initializer_list<int64_t> sizes) {
+    int64_t total = 0;
+    for (int64_t n : sizes) total += RoundUp(n, kLanes);
+    thread_local std::vector<float> kept;
+    std::vector<float>& buf = total <= kKeep ? kept : own_;
+    if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);
+    next_ = buf.data();
+  }
+  // The next piece of n floats, in the order of the sizes.
+  float* Take(int64_t n) {
+    float* p = next_;
+    next_ += RoundUp(n, kLanes);
+    return p;
+  }
+
+ private:
+  static constexpr int64_t kKeep = int64_t{4} << 20;  // 16 MiB
+  std::vector<float> own_;
+  float* next_;
 };
 
 // Copies a task's columns between the strided [t, b, parts * heads * d]
@@ -638,34 +677,37 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(PackedSize<T>(3, L)), out(PackedSize<T>(1, L)), kt(d * tp),
-        s(kRowChunk * tp);
+    Scratch scratch({PackedSize<T>(3, L), PackedSize<T>(1, L), d * tp, kRowChunk * tp});
+    float* const in = scratch.Take(PackedSize<T>(3, L));
+    float* const out = scratch.Take(PackedSize<T>(1, L));
+    float* const kt = scratch.Take(d * tp);
+    float* const s = scratch.Take(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
-      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out.data());
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in);
+      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out);
       for (int64_t h = 0; h < hn; ++h) {
         const float* q = x.at(0, h);
         const float* v = x.at(2, h);
         float* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(x.at(1, h), x.ld, t, d, tp, kt.data());
+        Transpose(x.at(1, h), x.ld, t, d, tp, kt);
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           // S = q k^T, causal column blocks only.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
-                           .aps = 1, .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+                           .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          SoftmaxChunk(s, c0, rows, t, scale, pr);
           // ctx = P v over the keys each row block sees.
-          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s, .ars = tp, .aps = 1,
                            .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
                            .band = Band::kUpTo, .row0 = c0});
         }
       }
-      WriteResults(out.data(), 1, L, bi, h0, hn, ctx);
+      WriteResults(out, 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -676,43 +718,49 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(PackedSize<T>(3, L)), gin(PackedSize<T>(1, L)),
-        out(PackedSize<T>(3, L)), vt(d * tp), ds(t * tp);
+    Scratch scratch({PackedSize<T>(3, L), PackedSize<T>(1, L), PackedSize<T>(3, L), d * tp,
+                     t * tp, t * tp});
+    float* const in = scratch.Take(PackedSize<T>(3, L));
+    float* const gin = scratch.Take(PackedSize<T>(1, L));
+    float* const out = scratch.Take(PackedSize<T>(3, L));
+    float* const vt = scratch.Take(d * tp);
+    float* const ds = scratch.Take(t * tp);
+    float* const pc = scratch.Take(t * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
-      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin.data());
-      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out.data());
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in);
+      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin);
+      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out);
       for (int64_t h = 0; h < hn; ++h) {
         const float* q = x.at(0, h);
         const float* k = x.at(1, h);
         const float* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        Transpose(x.at(2, h), x.ld, t, d, tp, vt.data());
+        Transpose(x.at(2, h), x.ld, t, d, tp, vt);
         float* dq = y.at(0, h);
         float* dk = y.at(1, h);
         float* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          float* dsc = ds.data() + c0 * tp;
+          float* dsc = ds + c0 * tp;
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
-                           .aps = 1, .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp,
+                           .aps = 1, .b = vt, .ldb = tp, .c = dsc, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
+          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale, pc + c0 * tp);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
                            .ldb = x.ld, .c = dq + c0 * y.ld, .ldc = y.ld, .band = Band::kUpTo,
                            .row0 = c0});
         }
         // dk = dS^T q, dv = P^T dO.
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds, .ars = 1, .aps = tp, .b = q,
                          .ldb = x.ld, .c = dk, .ldc = y.ld, .band = Band::kFrom});
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go,
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pc, .ars = 1, .aps = tp, .b = go,
                          .ldb = g.ld, .c = dv, .ldc = y.ld, .band = Band::kFrom});
       }
-      WriteResults(out.data(), 3, L, bi, h0, hn, dqkv);
+      WriteResults(out, 3, L, bi, h0, hn, dqkv);
     }
   });
 }
@@ -769,7 +817,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
     std::vector<Pair> in(3 * L.group * block), g(L.group * block), vt(dw * tp),
         qi(tp / 2 * d), ki(tp / 2 * d), gi(tp / 2 * d), dsr(kRowChunk * tp / 2),
         dsi(tp / 2 * tp), pi(tp / 2 * tp);
-    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
+    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp), pc(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
@@ -790,7 +838,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
                                       .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
                                       .c = ds.data(), .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale);
+          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale, pc.data());
           // The chunk's rows are zero from column c0 + rows on: only the
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
@@ -798,7 +846,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
           for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, n, dsr.data() + i * tp / 2);
           InterleaveRows(ds.data(), tp, rows, n, dsi.data() + c0 / 2 * tp, tp);
-          InterleaveRows(pr + c0 * t, t, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
+          InterleaveRows(pc.data(), tp, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
           RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
                                       .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
                                       .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
