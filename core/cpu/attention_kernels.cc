@@ -53,6 +53,13 @@ namespace {
 constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
 constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
+// Operands read in place from qkv (f32) have rows a whole row of qkv apart:
+// every row on its own page (the hardware prefetchers stop at pages) and
+// all of a head's rows in the same L1 set (8 ways). The tiles ask for such
+// rows kAheadRows ahead, few enough that the rows in flight and the one in
+// use fit the set's ways. A stride of kFarStride floats or more counts.
+constexpr int64_t kFarStride = 1024;
+constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -128,9 +135,16 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  // B's rows a page or more apart (read in place from qkv) are asked for
+  // kAheadRows rows ahead: the hardware prefetchers do not follow them.
+  const int64_t ahead = ldb >= kFarStride ? kAheadRows * ldb : 0;
   for (int64_t p = 0; p < k; ++p) {
     __m512 bv[NV];
     const float* bp = b + p * ldb;
+    if (ahead != 0) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(bp + ahead + kLanes * v), _MM_HINT_T0);
+    }
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
@@ -312,6 +326,19 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
     if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, kPer));
     if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / kPer * kPer);
     const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
+    // The next row block's far rows of op(A) (when its rows are contiguous)
+    // and of C, so that its first reduction steps and its stores do not
+    // wait on them.
+    for (int64_t r = r0 + mr; r < std::min(p.m, r0 + 2 * mr); ++r) {
+      if (p.aps == 1 && p.ars >= kFarStride) {
+        const W* ar = p.a + r * p.ars;
+        for (int64_t q = p0 / kPer; q < p1 / kPer; q += kLanes) __builtin_prefetch(ar + q);
+      }
+      if (p.ldc >= kFarStride) {
+        float* cr = p.c + r * p.ldc;
+        for (int64_t j = 0; j < p.n; j += kLanes) __builtin_prefetch(cr + j, 1);
+      }
+    }
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
       tile(rows, std::min(kMaxCols, cols - c0), (p1 - p0) / kPer,
            p.a + r0 * p.ars + p0 / kPer * p.aps, p.ars, p.aps, p.b + p0 / kPer * p.ldb + c0,
@@ -529,15 +556,15 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
 }
 
 // xt[d, tp] = x[t, d]^T (x's rows ldx apart), zero in columns [t, tp).
-// Rows a whole row of qkv apart sit on different pages, which the hardware
-// prefetchers do not follow, and the scattered stores leave room for few
-// rows' loads in flight: the rows kAhead on are asked for explicitly.
+// The scattered stores leave room for few rows' loads in flight: rows far
+// apart (kFarStride) are asked for kAheadRows on.
 template <typename E>
 void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
-  constexpr int64_t kAhead = 8, kLine = 64 / sizeof(E);
+  constexpr int64_t kLine = 64 / sizeof(E);
+  const int64_t ahead = ldx * static_cast<int64_t>(sizeof(E)) >= kFarStride * 4 ? kAheadRows : 0;
   for (int64_t i = 0; i < t; ++i) {
-    if (i + kAhead < t) {
-      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + kAhead) * ldx + j);
+    if (ahead != 0 && i + ahead < t) {
+      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + ahead) * ldx + j);
     }
     for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
   }
