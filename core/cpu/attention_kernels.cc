@@ -87,9 +87,15 @@ using Pair = uint32_t;
 using PairTileFn = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
                             int64_t aps, const Pair* b, int64_t ldb, float* c, int64_t ldc);
 
+// xt[d, tp] = x[t, d]^T for 32-bit elements (floats, or pairs of bf16),
+// x's rows ldx apart; zero in columns [t, tp), tp a multiple of 16.
+using TransposeFn = void (*)(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t tp,
+                             void* xt);
+
 struct Isa {
   TileFn tile;
   int (*rows_per_tile)(int64_t vectors);
+  TransposeFn transpose;
   PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
 };
 
@@ -193,6 +199,76 @@ __attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, i
 
 int Avx512RowsPerTile(int64_t nv) { return Avx512RowsFor(nv); }
 
+// GCC 12's unmasked shuffle intrinsics pass an undefined vector as the
+// (unused) masked-off source, which -Wmaybe-uninitialized reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// r[0..16) = the columns of the 16 x 16 block whose rows are r[0..16):
+// 32-bit pairs, then 64-bit pairs within each 128-bit lane, then lanes.
+__attribute__((target("avx512f"))) inline void Transpose16x16(__m512 (&r)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  // Group g (rows 4g .. 4g + 3): u[4g + c] holds, in lane L, column 4L + c.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+    const __m512d c = _mm512_castps_pd(t[g + 2]), e = _mm512_castps_pd(t[g + 3]);
+    u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  // Lanes 0 and 2 (0x88), 1 and 3 (0xdd) of groups 0, 1 and of groups 2, 3,
+  // then the same across the two halves: column 4L + c is lane L of every
+  // group's u[4g + c].
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+    const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+    r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xdd);
+    r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xdd);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// TransposeFn in 16 x 16 blocks: a block's 16 row loads go out together
+// (the scalar loop had a few rows' loads in flight behind its scattered
+// stores), and the rows past t load as zeros, which are the padding.
+__attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t ldx, int64_t t,
+                                                        int64_t d, int64_t tp, void* xtv) {
+  const float* x = static_cast<const float*>(xv);
+  float* xt = static_cast<float*>(xtv);
+  for (int64_t i0 = 0; i0 < tp; i0 += kLanes) {
+    const int64_t rows = std::min(kLanes, t - i0);
+    for (int64_t j0 = 0; j0 < d; j0 += kLanes) {
+      const int64_t cols = std::min(kLanes, d - j0);
+      const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        r[k] = k < rows ? _mm512_maskz_loadu_ps(mask, x + (i0 + k) * ldx + j0)
+                        : _mm512_setzero_ps();
+      }
+      Transpose16x16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        if (k < cols) _mm512_storeu_ps(xt + (j0 + k) * tp + i0, r[k]);
+      }
+    }
+  }
+}
+
 // ---- AVX-512 BF16: the same tile on pairs, one vdpbf16ps per pair of
 // reduction steps (two products per f32 lane, f32 accumulation). Same
 // register budget as the f32 tile, so the same rows per tile.
@@ -270,6 +346,27 @@ void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ar
 
 int PortableRowsPerTile(int64_t) { return 8; }
 
+// TransposeFn one element at a time. The scattered stores leave room for
+// few rows' loads in flight: rows far apart (kFarStride) are asked for
+// kAheadRows on.
+template <typename E>
+void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
+  constexpr int64_t kLine = 64 / sizeof(E);
+  const int64_t ahead = ldx * static_cast<int64_t>(sizeof(E)) >= kFarStride * 4 ? kAheadRows : 0;
+  for (int64_t i = 0; i < t; ++i) {
+    if (ahead != 0 && i + ahead < t) {
+      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + ahead) * ldx + j);
+    }
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
+  }
+  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// Only floats reach the portable form (the pair form needs AVX-512 BF16).
+void PortableTranspose(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, void* xt) {
+  Transpose(static_cast<const float*>(x), ldx, t, d, tp, static_cast<float*>(xt));
+}
+
 // AVX-512 (and the bf16 pair tile where the CPU has AVX-512 BF16) unless
 // TPX_ATTENTION_ISA asks for less, to test or compare the other forms on
 // the same machine: "avx512" (bf16 widened to f32) or "baseline" (the
@@ -281,11 +378,11 @@ const Isa& ActiveIsa() {
     const std::string_view forced = env != nullptr ? env : "";
     if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
       if (forced != "avx512" && __builtin_cpu_supports("avx512bf16")) {
-        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Bf16TileAny};
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512Bf16TileAny};
       }
-      return Isa{&Avx512TileAny, &Avx512RowsPerTile};
+      return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose};
     }
-    return Isa{&PortableTile, &PortableRowsPerTile};
+    return Isa{&PortableTile, &PortableRowsPerTile, &PortableTranspose};
   }();
   return isa;
 }
@@ -565,21 +662,6 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
   }
 }
 
-// xt[d, tp] = x[t, d]^T (x's rows ldx apart), zero in columns [t, tp).
-// The scattered stores leave room for few rows' loads in flight: rows far
-// apart (kFarStride) are asked for kAheadRows on.
-template <typename E>
-void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
-  constexpr int64_t kLine = 64 / sizeof(E);
-  const int64_t ahead = ldx * static_cast<int64_t>(sizeof(E)) >= kFarStride * 4 ? kAheadRows : 0;
-  for (int64_t i = 0; i < t; ++i) {
-    if (ahead != 0 && i + ahead < t) {
-      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + ahead) * ldx + j);
-    }
-    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
-  }
-  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
-}
 
 // A task's per-head [t, d] blocks of a [t, b, parts * heads * d] tensor:
 // head h's block of part `part` (q, k or v of qkv; the only part of ctx)
@@ -728,7 +810,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
         const float* v = x.at(2, h);
         float* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(x.at(1, h), x.ld, t, d, tp, kt);
+        isa.transpose(x.at(1, h), x.ld, t, d, tp, kt);
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
@@ -773,7 +855,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         const float* k = x.at(1, h);
         const float* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        Transpose(x.at(2, h), x.ld, t, d, tp, vt);
+        isa.transpose(x.at(2, h), x.ld, t, d, tp, vt);
         float* dq = y.at(0, h);
         float* dk = y.at(1, h);
         float* dv = y.at(2, h);
@@ -818,7 +900,7 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
         const Pair* q = in.data() + h * block;
         float* o = out.data() + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
+        isa.transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
@@ -865,7 +947,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
         InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
         InterleavePairRows(go, tp, dw, d, gi.data());
-        Transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
+        isa.transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
         float* dq = out.data() + h * td;
         float* dk = out.data() + (hn + h) * td;
         float* dv = out.data() + (2 * hn + h) * td;
