@@ -130,7 +130,12 @@ __attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR]
   }
 }
 
-template <int MR, int NV>
+// kWhole: the last of the NV vectors is whole (last == 0xffff), so B's rows
+// load without a mask (the mask stayed in memory, reloaded every step).
+// A's rows are addressed from one pointer per four rows plus offsets of 0,
+// 1, 2 and 3 rows: one pointer and one offset per row made GCC spill the
+// offsets of a 12-row tile to the stack.
+template <int MR, int NV, bool kWhole>
 __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
                                                           int64_t aps, const float* b,
                                                           int64_t ldb, float* c, int64_t ldc,
@@ -141,6 +146,10 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  constexpr int kQuads = (MR + 3) / 4;
+  const float* aq[kQuads];
+#pragma GCC unroll 4
+  for (int q = 0; q < kQuads; ++q) aq[q] = a + 4 * q * ars;
   // B's rows a page or more apart (read in place from qkv) are asked for
   // kAheadRows rows ahead: the hardware prefetchers do not follow them.
   const int64_t ahead = ldb >= kFarStride ? kAheadRows * ldb : 0;
@@ -149,36 +158,51 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
     const float* bp = b + p * ldb;
     if (ahead != 0) {
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(bp + ahead + kLanes * v), _MM_HINT_T0);
+      for (int v = 0; v < NV; ++v) {
+        _mm_prefetch(reinterpret_cast<const char*>(bp + ahead + kLanes * v), _MM_HINT_T0);
+      }
     }
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
-                          : _mm512_loadu_ps(bp + kLanes * v);
+      bv[v] = v == NV - 1 && !kWhole ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
+                                     : _mm512_loadu_ps(bp + kLanes * v);
     }
-    const float* ap = a + p * aps;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(ap[r * ars]);
+      const __m512 av = _mm512_set1_ps(aq[r / 4][r % 4 * ars]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
+#pragma GCC unroll 4
+    for (int q = 0; q < kQuads; ++q) aq[q] += aps;
   }
-  StoreTile<MR, NV>(acc, c, ldc, last);
+  StoreTile<MR, NV>(acc, c, ldc, kWhole ? static_cast<__mmask16>(0xffff) : last);
 }
 
 // Picks the tile for `rows` (1 .. R) rows at compile time.
-template <int NV, int R>
+template <int NV, int R, bool kWhole>
 __attribute__((target("avx512f"))) void Avx512Rows(int64_t rows, int64_t k, const float* a,
                                                    int64_t ars, int64_t aps, const float* b,
                                                    int64_t ldb, float* c, int64_t ldc,
                                                    __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
-      Avx512Tile<R, NV>(k, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Tile<R, NV, kWhole>(k, a, ars, aps, b, ldb, c, ldc, last);
     } else {
-      Avx512Rows<NV, R - 1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Rows<NV, R - 1, kWhole>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
     }
+  }
+}
+
+template <int NV>
+__attribute__((target("avx512f"))) void Avx512RowsOf(int64_t rows, int64_t k, const float* a,
+                                                     int64_t ars, int64_t aps, const float* b,
+                                                     int64_t ldb, float* c, int64_t ldc,
+                                                     __mmask16 last) {
+  if (last == 0xffff) {
+    Avx512Rows<NV, Avx512RowsFor(NV), true>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+  } else {
+    Avx512Rows<NV, Avx512RowsFor(NV), false>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
@@ -190,10 +214,10 @@ __attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, i
   const int64_t tail = w - (nv - 1) * kLanes;
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
   switch (nv) {
-    case 1: return Avx512Rows<1, Avx512RowsFor(1)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    case 2: return Avx512Rows<2, Avx512RowsFor(2)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    case 3: return Avx512Rows<3, Avx512RowsFor(3)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    default: return Avx512Rows<4, Avx512RowsFor(4)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 1: return Avx512RowsOf<1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512RowsOf<2>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512RowsOf<3>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512RowsOf<4>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
