@@ -297,7 +297,8 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
 // reduction steps (two products per f32 lane, f32 accumulation). Same
 // register budget as the f32 tile, so the same rows per tile.
 
-template <int MR, int NV>
+// As the f32 tile: A from one pointer per four rows, B unmasked when whole.
+template <int MR, int NV, bool kWhole>
 __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
     int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, float* c,
     int64_t ldc, __mmask16 last) {
@@ -307,35 +308,51 @@ __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  constexpr int kQuads = (MR + 3) / 4;
+  const Pair* aq[kQuads];
+#pragma GCC unroll 4
+  for (int q = 0; q < kQuads; ++q) aq[q] = a + 4 * q * ars;
   for (int64_t p = 0; p < kp; ++p) {
     __m512bh bv[NV];
     const Pair* bp = b + p * ldb;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
-                                     : _mm512_loadu_si512(bp + kLanes * v));
+      bv[v] = (__m512bh)(v == NV - 1 && !kWhole ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
+                                                : _mm512_loadu_si512(bp + kLanes * v));
     }
-    const Pair* ap = a + p * aps;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * ars]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aq[r / 4][r % 4 * ars]));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
+#pragma GCC unroll 4
+    for (int q = 0; q < kQuads; ++q) aq[q] += aps;
   }
-  StoreTile<MR, NV>(acc, c, ldc, last);
+  StoreTile<MR, NV>(acc, c, ldc, kWhole ? static_cast<__mmask16>(0xffff) : last);
 }
 
-template <int NV, int R>
+template <int NV, int R, bool kWhole>
 __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
     int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
     int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
-      Avx512Bf16Tile<R, NV>(kp, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Bf16Tile<R, NV, kWhole>(kp, a, ars, aps, b, ldb, c, ldc, last);
     } else {
-      Avx512Bf16Rows<NV, R - 1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Bf16Rows<NV, R - 1, kWhole>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
     }
+  }
+}
+
+template <int NV>
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16RowsOf(
+    int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+  if (last == 0xffff) {
+    Avx512Bf16Rows<NV, Avx512RowsFor(NV), true>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+  } else {
+    Avx512Bf16Rows<NV, Avx512RowsFor(NV), false>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
@@ -346,10 +363,10 @@ __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16TileAny(
   const int64_t tail = w - (nv - 1) * kLanes;
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
   switch (nv) {
-    case 1: return Avx512Bf16Rows<1, Avx512RowsFor(1)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    case 2: return Avx512Bf16Rows<2, Avx512RowsFor(2)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    case 3: return Avx512Bf16Rows<3, Avx512RowsFor(3)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    default: return Avx512Bf16Rows<4, Avx512RowsFor(4)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 1: return Avx512Bf16RowsOf<1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512Bf16RowsOf<2>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512Bf16RowsOf<3>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512Bf16RowsOf<4>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
