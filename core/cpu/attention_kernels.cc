@@ -589,10 +589,12 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
 }
 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
-// rows) (ds: [rows, tp]), zero after the diagonal up to tp. pr is the
-// forward's P ([t, t], read over the keys SoftmaxChunk wrote); its rows are
-// copied to pc ([rows, tp], zero after the diagonal up to tp) for the
-// products that read P across rows.
+// rows) (ds: [rows, tp]). pr is the forward's P ([t, t], read over the keys
+// SoftmaxChunk wrote); its rows are copied to pc ([rows, tp]) for the
+// products that read P across rows. Both are zero after the diagonal as
+// far as a product reads: a tile's rows past a row's diagonal (at most 16,
+// within one vector of its last whole vector), and up to the chunk's end
+// for the pair form's rounding. Further columns are left as they are.
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
                           float scale, float* pc) {
   const int64_t tp = RoundUp(t, kLanes);
@@ -608,8 +610,9 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
     float* row = ds + (i - c0) * tp;
     float* prow = pc + (i - c0) * tp;
     SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale, prow);
-    std::fill(row + len(i), row + tp, 0.0f);
-    std::fill(prow + len(i), prow + tp, 0.0f);
+    const int64_t zero_end = std::min(tp, std::max(len(i) + kLanes, RoundUp(c0 + rows, 2)));
+    std::fill(row + len(i), row + zero_end, 0.0f);
+    std::fill(prow + len(i), prow + zero_end, 0.0f);
   }
 }
 
