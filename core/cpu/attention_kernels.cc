@@ -63,6 +63,18 @@ constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Asks for the cache line holding p (kWrite: to write it). An asm
+// statement: GCC 12 deletes a loop whose only statement is
+// __builtin_prefetch.
+template <bool kWrite = false>
+inline void PrefetchLine(const void* p) {
+  if constexpr (kWrite) {
+    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+  } else {
+    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+  }
+}
+
 // Which reduction indices p row block [r0, r0 + rows) of a product uses,
 // given that op(A) is zero outside them (causal P and dS).
 enum class Band {
@@ -159,7 +171,7 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
     if (ahead != 0) {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        _mm_prefetch(reinterpret_cast<const char*>(bp + ahead + kLanes * v), _MM_HINT_T0);
+        PrefetchLine(bp + ahead + kLanes * v);
       }
     }
 #pragma GCC unroll 4
@@ -396,7 +408,7 @@ void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt)
   const int64_t ahead = ldx * static_cast<int64_t>(sizeof(E)) >= kFarStride * 4 ? kAheadRows : 0;
   for (int64_t i = 0; i < t; ++i) {
     if (ahead != 0 && i + ahead < t) {
-      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + ahead) * ldx + j);
+      for (int64_t j = 0; j < d; j += kLine) PrefetchLine(x + (i + ahead) * ldx + j);
     }
     for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
   }
@@ -470,11 +482,11 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
     for (int64_t r = r0 + mr; r < std::min(p.m, r0 + 2 * mr); ++r) {
       if (p.aps == 1 && p.ars >= kFarStride) {
         const W* ar = p.a + r * p.ars;
-        for (int64_t q = p0 / kPer; q < p1 / kPer; q += kLanes) __builtin_prefetch(ar + q);
+        for (int64_t q = p0 / kPer; q < p1 / kPer; q += kLanes) PrefetchLine(ar + q);
       }
       if (p.ldc >= kFarStride) {
         float* cr = p.c + r * p.ldc;
-        for (int64_t j = 0; j < p.n; j += kLanes) __builtin_prefetch(cr + j, 1);
+        for (int64_t j = 0; j < p.n; j += kLanes) PrefetchLine<true>(cr + j);
       }
     }
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
@@ -613,6 +625,20 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
     const int64_t zero_end = std::min(tp, std::max(len(i) + kLanes, RoundUp(c0 + rows, 2)));
     std::fill(row + len(i), row + zero_end, 0.0f);
     std::fill(prow + len(i), prow + zero_end, 0.0f);
+  }
+}
+
+// Asks for rows [c0, c0 + rows) of P ([t, t]) over the keys SoftmaxChunk
+// writes and SoftmaxBackwardChunk reads (kWrite: to write them), ahead of
+// the chunk's first product: P goes to memory between the forward and the
+// backward, and its rows, read or written only in part, leave the hardware
+// prefetchers a broken stream.
+template <bool kWrite>
+void PrefetchProbs(const float* pr, int64_t c0, int64_t rows, int64_t t) {
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    const float* row = pr + i * t;
+    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+    for (int64_t j = 0; j < n; j += kLanes) PrefetchLine<kWrite>(row + j);
   }
 }
 
@@ -859,6 +885,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          if (pr != nullptr) PrefetchProbs<true>(pr, c0, rows, t);
           // S = q k^T, causal column blocks only.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
                            .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
@@ -906,6 +933,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           float* dsc = ds + c0 * tp;
+          PrefetchProbs<false>(pr, c0, rows, t);
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
@@ -948,6 +976,7 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          if (pr != nullptr) PrefetchProbs<true>(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
                                       .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
                                       .c = s.data(), .ldc = tp, .causal_cols = true,
@@ -997,6 +1026,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         float* dv = out.data() + (2 * hn + h) * td;
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          PrefetchProbs<false>(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
                                       .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
                                       .c = ds.data(), .ldc = tp, .causal_cols = true,
