@@ -63,16 +63,12 @@ constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Asks for the cache line holding p (kWrite: to write it). An asm
-// statement: GCC 12 deletes a loop whose only statement is
-// __builtin_prefetch.
-template <bool kWrite = false>
+// Asks for the cache line holding p, to read it or to write it (prefetchw
+// is not in the baseline ISA; on one socket, a line read exclusively is
+// written without another trip). An asm statement: GCC 12 deletes a loop
+// whose only statement is __builtin_prefetch.
 inline void PrefetchLine(const void* p) {
-  if constexpr (kWrite) {
-    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
-  } else {
-    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-  }
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 }
 
 // Which reduction indices p row block [r0, r0 + rows) of a product uses,
@@ -486,7 +482,7 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
       }
       if (p.ldc >= kFarStride) {
         float* cr = p.c + r * p.ldc;
-        for (int64_t j = 0; j < p.n; j += kLanes) PrefetchLine<true>(cr + j);
+        for (int64_t j = 0; j < p.n; j += kLanes) PrefetchLine(cr + j);
       }
     }
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
@@ -629,16 +625,15 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
 }
 
 // Asks for rows [c0, c0 + rows) of P ([t, t]) over the keys SoftmaxChunk
-// writes and SoftmaxBackwardChunk reads (kWrite: to write them), ahead of
-// the chunk's first product: P goes to memory between the forward and the
-// backward, and its rows, read or written only in part, leave the hardware
-// prefetchers a broken stream.
-template <bool kWrite>
+// writes and SoftmaxBackwardChunk reads, ahead of the chunk's first
+// product: P goes to memory between the forward and the backward, and its
+// rows, read or written only in part, leave the hardware prefetchers a
+// broken stream.
 void PrefetchProbs(const float* pr, int64_t c0, int64_t rows, int64_t t) {
   for (int64_t i = c0; i < c0 + rows; ++i) {
     const float* row = pr + i * t;
     const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-    for (int64_t j = 0; j < n; j += kLanes) PrefetchLine<kWrite>(row + j);
+    for (int64_t j = 0; j < n; j += kLanes) PrefetchLine(row + j);
   }
 }
 
@@ -885,7 +880,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          if (pr != nullptr) PrefetchProbs<true>(pr, c0, rows, t);
+          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
           // S = q k^T, causal column blocks only.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
                            .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
@@ -933,7 +928,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           float* dsc = ds + c0 * tp;
-          PrefetchProbs<false>(pr, c0, rows, t);
+          PrefetchProbs(pr, c0, rows, t);
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
@@ -976,7 +971,7 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          if (pr != nullptr) PrefetchProbs<true>(pr, c0, rows, t);
+          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
                                       .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
                                       .c = s.data(), .ldc = tp, .causal_cols = true,
@@ -1026,7 +1021,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         float* dv = out.data() + (2 * hn + h) * td;
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          PrefetchProbs<false>(pr, c0, rows, t);
+          PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
                                       .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
                                       .c = ds.data(), .ldc = tp, .causal_cols = true,
