@@ -55,9 +55,12 @@ constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
 constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
 // Operands read in place from qkv (f32) have rows a whole row of qkv apart:
 // every row on its own page (the hardware prefetchers stop at pages) and
-// all of a head's rows in the same L1 set (8 ways). The tiles ask for such
-// rows kAheadRows ahead, few enough that the rows in flight and the one in
-// use fit the set's ways. A stride of kFarStride floats or more counts.
+// all of a head's rows in the same L1 set (8 ways). Rows kFarStride floats
+// or more apart are asked for explicitly where a wait on them shows: the
+// next row block's rows of a product's A and C, and (portable transpose)
+// kAheadRows rows ahead, few enough that the rows in flight and the one in
+// use fit the set's ways. A tile asking for B's next rows ran slower: the
+// prefetches took load slots and pushed out rows still in use.
 constexpr int64_t kFarStride = 1024;
 constexpr int64_t kAheadRows = 4;
 
@@ -158,18 +161,9 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
   const float* aq[kQuads];
 #pragma GCC unroll 4
   for (int q = 0; q < kQuads; ++q) aq[q] = a + 4 * q * ars;
-  // B's rows a page or more apart (read in place from qkv) are asked for
-  // kAheadRows rows ahead: the hardware prefetchers do not follow them.
-  const int64_t ahead = ldb >= kFarStride ? kAheadRows * ldb : 0;
   for (int64_t p = 0; p < k; ++p) {
     __m512 bv[NV];
     const float* bp = b + p * ldb;
-    if (ahead != 0) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        PrefetchLine(bp + ahead + kLanes * v);
-      }
-    }
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       bv[v] = v == NV - 1 && !kWhole ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
