@@ -29,7 +29,11 @@ namespace tpx::ops {
 
 struct CausalSelfAttentionResult {
   Tensor ctx;    // [t, b, heads * head_dim], qkv's dtype
-  Tensor probs;  // f32 [b * heads, t, t], zero above the diagonal; undefined unless kept
+  // f32 [b * heads, t, t], the probabilities for the backward; undefined
+  // unless kept. Row i holds P[i, j] for the keys j <= i; what follows the
+  // diagonal (zero in P) is unspecified: the kernels write only the keys
+  // they read back, not the zeros of the masked half.
+  Tensor probs;
 };
 
 // For every batch row and head h, with q, k, v the [t, head_dim] columns of

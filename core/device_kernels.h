@@ -203,8 +203,10 @@ class DeviceKernels {
   // h of q at columns [h * head_dim, (h + 1) * head_dim)). ----
   // Per (batch row, head): ctx = P v with P = softmax(scale * q k^T), row i
   // seeing keys j <= i. ctx is [t, b, heads * head_dim] of qkv's dtype;
-  // probs (f32 [b * heads, t, t], zero above the diagonal) receives P for
-  // the backward, or is undefined when not wanted.
+  // probs (f32 [b * heads, t, t]) receives P for the backward, or is
+  // undefined when not wanted: row i over the keys j <= i at least; what
+  // follows the diagonal is the kernels' own (their backward reads it back
+  // as they wrote it), not necessarily P's zeros.
   virtual absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
                                            const Tensor& qkv, int64_t t, int64_t b,
                                            int64_t heads, int64_t head_dim, double scale);

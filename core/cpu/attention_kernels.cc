@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -52,8 +53,26 @@ namespace {
 constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
 constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
+// Operands read in place from qkv (f32) have rows a whole row of qkv apart:
+// every row on its own page (the hardware prefetchers stop at pages) and
+// all of a head's rows in the same L1 set (8 ways). Rows kFarStride floats
+// or more apart are asked for explicitly where a wait on them shows: the
+// next row block's rows of a product's A and C, and (portable transpose)
+// kAheadRows rows ahead, few enough that the rows in flight and the one in
+// use fit the set's ways. A tile asking for B's next rows ran slower: the
+// prefetches took load slots and pushed out rows still in use.
+constexpr int64_t kFarStride = 1024;
+constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Asks for the cache line holding p, to read it or to write it (prefetchw
+// is not in the baseline ISA; on one socket, a line read exclusively is
+// written without another trip). An asm statement: GCC 12 deletes a loop
+// whose only statement is __builtin_prefetch.
+inline void PrefetchLine(const void* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+}
 
 // Which reduction indices p row block [r0, r0 + rows) of a product uses,
 // given that op(A) is zero outside them (causal P and dS).
@@ -79,9 +98,15 @@ using Pair = uint32_t;
 using PairTileFn = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
                             int64_t aps, const Pair* b, int64_t ldb, float* c, int64_t ldc);
 
+// xt[d, tp] = x[t, d]^T for 32-bit elements (floats, or pairs of bf16),
+// x's rows ldx apart; zero in columns [t, tp), tp a multiple of 16.
+using TransposeFn = void (*)(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t tp,
+                             void* xt);
+
 struct Isa {
   TileFn tile;
   int (*rows_per_tile)(int64_t vectors);
+  TransposeFn transpose;
   PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
 };
 
@@ -116,7 +141,12 @@ __attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR]
   }
 }
 
-template <int MR, int NV>
+// kWhole: the last of the NV vectors is whole (last == 0xffff), so B's rows
+// load without a mask (the mask stayed in memory, reloaded every step).
+// A's rows are addressed from one pointer per four rows plus offsets of 0,
+// 1, 2 and 3 rows: one pointer and one offset per row made GCC spill the
+// offsets of a 12-row tile to the stack.
+template <int MR, int NV, bool kWhole>
 __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
                                                           int64_t aps, const float* b,
                                                           int64_t ldb, float* c, int64_t ldc,
@@ -127,37 +157,54 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  constexpr int kQuads = (MR + 3) / 4;
+  const float* aq[kQuads];
+#pragma GCC unroll 4
+  for (int q = 0; q < kQuads; ++q) aq[q] = a + 4 * q * ars;
   for (int64_t p = 0; p < k; ++p) {
     __m512 bv[NV];
     const float* bp = b + p * ldb;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
-                          : _mm512_loadu_ps(bp + kLanes * v);
+      bv[v] = v == NV - 1 && !kWhole ? _mm512_maskz_loadu_ps(last, bp + kLanes * v)
+                                     : _mm512_loadu_ps(bp + kLanes * v);
     }
-    const float* ap = a + p * aps;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512 av = _mm512_set1_ps(ap[r * ars]);
+      const __m512 av = _mm512_set1_ps(aq[r / 4][r % 4 * ars]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
+#pragma GCC unroll 4
+    for (int q = 0; q < kQuads; ++q) aq[q] += aps;
   }
-  StoreTile<MR, NV>(acc, c, ldc, last);
+  StoreTile<MR, NV>(acc, c, ldc, kWhole ? static_cast<__mmask16>(0xffff) : last);
 }
 
 // Picks the tile for `rows` (1 .. R) rows at compile time.
-template <int NV, int R>
+template <int NV, int R, bool kWhole>
 __attribute__((target("avx512f"))) void Avx512Rows(int64_t rows, int64_t k, const float* a,
                                                    int64_t ars, int64_t aps, const float* b,
                                                    int64_t ldb, float* c, int64_t ldc,
                                                    __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
-      Avx512Tile<R, NV>(k, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Tile<R, NV, kWhole>(k, a, ars, aps, b, ldb, c, ldc, last);
     } else {
-      Avx512Rows<NV, R - 1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Rows<NV, R - 1, kWhole>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
     }
+  }
+}
+
+template <int NV>
+__attribute__((target("avx512f"))) void Avx512RowsOf(int64_t rows, int64_t k, const float* a,
+                                                     int64_t ars, int64_t aps, const float* b,
+                                                     int64_t ldb, float* c, int64_t ldc,
+                                                     __mmask16 last) {
+  if (last == 0xffff) {
+    Avx512Rows<NV, Avx512RowsFor(NV), true>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+  } else {
+    Avx512Rows<NV, Avx512RowsFor(NV), false>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
@@ -169,20 +216,91 @@ __attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, i
   const int64_t tail = w - (nv - 1) * kLanes;
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
   switch (nv) {
-    case 1: return Avx512Rows<1, Avx512RowsFor(1)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    case 2: return Avx512Rows<2, Avx512RowsFor(2)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    case 3: return Avx512Rows<3, Avx512RowsFor(3)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
-    default: return Avx512Rows<4, Avx512RowsFor(4)>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 1: return Avx512RowsOf<1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512RowsOf<2>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512RowsOf<3>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512RowsOf<4>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
 int Avx512RowsPerTile(int64_t nv) { return Avx512RowsFor(nv); }
 
+// GCC 12's unmasked shuffle intrinsics pass an undefined vector as the
+// (unused) masked-off source, which -Wmaybe-uninitialized reports.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// r[0..16) = the columns of the 16 x 16 block whose rows are r[0..16):
+// 32-bit pairs, then 64-bit pairs within each 128-bit lane, then lanes.
+__attribute__((target("avx512f"))) inline void Transpose16x16(__m512 (&r)[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 16; k += 2) {
+    t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+    t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+  }
+  // Group g (rows 4g .. 4g + 3): u[4g + c] holds, in lane L, column 4L + c.
+  __m512 u[16];
+#pragma GCC unroll 4
+  for (int g = 0; g < 16; g += 4) {
+    const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+    const __m512d c = _mm512_castps_pd(t[g + 2]), e = _mm512_castps_pd(t[g + 3]);
+    u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  // Lanes 0 and 2 (0x88), 1 and 3 (0xdd) of groups 0, 1 and of groups 2, 3,
+  // then the same across the two halves: column 4L + c is lane L of every
+  // group's u[4g + c].
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512 even01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+    const __m512 odd01 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+    const __m512 even23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+    const __m512 odd23 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+    r[c] = _mm512_shuffle_f32x4(even01, even23, 0x88);
+    r[8 + c] = _mm512_shuffle_f32x4(even01, even23, 0xdd);
+    r[4 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(odd01, odd23, 0xdd);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// TransposeFn in 16 x 16 blocks: a block's 16 row loads go out together
+// (the scalar loop had a few rows' loads in flight behind its scattered
+// stores), and the rows past t load as zeros, which are the padding.
+__attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t ldx, int64_t t,
+                                                        int64_t d, int64_t tp, void* xtv) {
+  const float* x = static_cast<const float*>(xv);
+  float* xt = static_cast<float*>(xtv);
+  for (int64_t i0 = 0; i0 < tp; i0 += kLanes) {
+    const int64_t rows = std::min(kLanes, t - i0);
+    for (int64_t j0 = 0; j0 < d; j0 += kLanes) {
+      const int64_t cols = std::min(kLanes, d - j0);
+      const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        r[k] = k < rows ? _mm512_maskz_loadu_ps(mask, x + (i0 + k) * ldx + j0)
+                        : _mm512_setzero_ps();
+      }
+      Transpose16x16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) {
+        if (k < cols) _mm512_storeu_ps(xt + (j0 + k) * tp + i0, r[k]);
+      }
+    }
+  }
+}
+
 // ---- AVX-512 BF16: the same tile on pairs, one vdpbf16ps per pair of
 // reduction steps (two products per f32 lane, f32 accumulation). Same
 // register budget as the f32 tile, so the same rows per tile.
 
-template <int MR, int NV>
+// As the f32 tile: A from one pointer per four rows, B unmasked when whole.
+template <int MR, int NV, bool kWhole>
 __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
     int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, float* c,
     int64_t ldc, __mmask16 last) {
@@ -192,35 +310,51 @@ __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  constexpr int kQuads = (MR + 3) / 4;
+  const Pair* aq[kQuads];
+#pragma GCC unroll 4
+  for (int q = 0; q < kQuads; ++q) aq[q] = a + 4 * q * ars;
   for (int64_t p = 0; p < kp; ++p) {
     __m512bh bv[NV];
     const Pair* bp = b + p * ldb;
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      bv[v] = (__m512bh)(v == NV - 1 ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
-                                     : _mm512_loadu_si512(bp + kLanes * v));
+      bv[v] = (__m512bh)(v == NV - 1 && !kWhole ? _mm512_maskz_loadu_epi32(last, bp + kLanes * v)
+                                                : _mm512_loadu_si512(bp + kLanes * v));
     }
-    const Pair* ap = a + p * aps;
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[r * ars]));
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(aq[r / 4][r % 4 * ars]));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
+#pragma GCC unroll 4
+    for (int q = 0; q < kQuads; ++q) aq[q] += aps;
   }
-  StoreTile<MR, NV>(acc, c, ldc, last);
+  StoreTile<MR, NV>(acc, c, ldc, kWhole ? static_cast<__mmask16>(0xffff) : last);
 }
 
-template <int NV, int R>
+template <int NV, int R, bool kWhole>
 __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
     int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
     int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
-      Avx512Bf16Tile<R, NV>(kp, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Bf16Tile<R, NV, kWhole>(kp, a, ars, aps, b, ldb, c, ldc, last);
     } else {
-      Avx512Bf16Rows<NV, R - 1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+      Avx512Bf16Rows<NV, R - 1, kWhole>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
     }
+  }
+}
+
+template <int NV>
+__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16RowsOf(
+    int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
+    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+  if (last == 0xffff) {
+    Avx512Bf16Rows<NV, Avx512RowsFor(NV), true>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+  } else {
+    Avx512Bf16Rows<NV, Avx512RowsFor(NV), false>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
@@ -231,10 +365,10 @@ __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16TileAny(
   const int64_t tail = w - (nv - 1) * kLanes;
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
   switch (nv) {
-    case 1: return Avx512Bf16Rows<1, Avx512RowsFor(1)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    case 2: return Avx512Bf16Rows<2, Avx512RowsFor(2)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    case 3: return Avx512Bf16Rows<3, Avx512RowsFor(3)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
-    default: return Avx512Bf16Rows<4, Avx512RowsFor(4)>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 1: return Avx512Bf16RowsOf<1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 2: return Avx512Bf16RowsOf<2>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    case 3: return Avx512Bf16RowsOf<3>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
+    default: return Avx512Bf16RowsOf<4>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
   }
 }
 
@@ -255,6 +389,27 @@ void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ar
 
 int PortableRowsPerTile(int64_t) { return 8; }
 
+// TransposeFn one element at a time. The scattered stores leave room for
+// few rows' loads in flight: rows far apart (kFarStride) are asked for
+// kAheadRows on.
+template <typename E>
+void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
+  constexpr int64_t kLine = 64 / sizeof(E);
+  const int64_t ahead = ldx * static_cast<int64_t>(sizeof(E)) >= kFarStride * 4 ? kAheadRows : 0;
+  for (int64_t i = 0; i < t; ++i) {
+    if (ahead != 0 && i + ahead < t) {
+      for (int64_t j = 0; j < d; j += kLine) PrefetchLine(x + (i + ahead) * ldx + j);
+    }
+    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
+  }
+  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
+}
+
+// Only floats reach the portable form (the pair form needs AVX-512 BF16).
+void PortableTranspose(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, void* xt) {
+  Transpose(static_cast<const float*>(x), ldx, t, d, tp, static_cast<float*>(xt));
+}
+
 // AVX-512 (and the bf16 pair tile where the CPU has AVX-512 BF16) unless
 // TPX_ATTENTION_ISA asks for less, to test or compare the other forms on
 // the same machine: "avx512" (bf16 widened to f32) or "baseline" (the
@@ -266,11 +421,11 @@ const Isa& ActiveIsa() {
     const std::string_view forced = env != nullptr ? env : "";
     if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
       if (forced != "avx512" && __builtin_cpu_supports("avx512bf16")) {
-        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Bf16TileAny};
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512Bf16TileAny};
       }
-      return Isa{&Avx512TileAny, &Avx512RowsPerTile};
+      return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose};
     }
-    return Isa{&PortableTile, &PortableRowsPerTile};
+    return Isa{&PortableTile, &PortableRowsPerTile, &PortableTranspose};
   }();
   return isa;
 }
@@ -311,6 +466,19 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
     if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, kPer));
     if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / kPer * kPer);
     const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
+    // The next row block's far rows of op(A) (when its rows are contiguous)
+    // and of C, so that its first reduction steps and its stores do not
+    // wait on them.
+    for (int64_t r = r0 + mr; r < std::min(p.m, r0 + 2 * mr); ++r) {
+      if (p.aps == 1 && p.ars >= kFarStride) {
+        const W* ar = p.a + r * p.ars;
+        for (int64_t q = p0 / kPer; q < p1 / kPer; q += kLanes) PrefetchLine(ar + q);
+      }
+      if (p.ldc >= kFarStride) {
+        float* cr = p.c + r * p.ldc;
+        for (int64_t j = 0; j < p.n; j += kLanes) PrefetchLine(cr + j);
+      }
+    }
     for (int64_t c0 = 0; c0 < cols; c0 += kMaxCols) {
       tile(rows, std::min(kMaxCols, cols - c0), (p1 - p0) / kPer,
            p.a + r0 * p.ars + p0 / kPer * p.aps, p.ars, p.aps, p.b + p0 / kPer * p.ldb + c0,
@@ -350,12 +518,22 @@ TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float sca
     m = v > m ? v : m;
   }
   // NaN never enters m, so the order of the last 16 comparisons only picks
-  // between +0 and -0, which Exp(scale * x - mx) does not tell apart.
+  // between +0 and -0, which Exp(scale * x - mx) does not tell apart: a
+  // tree of four steps (one chain of 15 scalar steps was a tenth of this
+  // function's time).
+  for (const Ints perm : {Ints{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7},
+                          Ints{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
+                          Ints{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
+                          Ints{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}}) {
+    const Floats o = __builtin_shuffle(m, perm);
+    m = o > m ? o : m;
+  }
   float mx = m[0];
-  for (int j = 1; j < 16; ++j) mx = m[j] > mx ? m[j] : mx;
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-  // A masked key is 0, as Exp(-inf - mx) is.
-  for (int64_t j = 0; j < n; ++j) x[j] = j < len ? Exp(scale * x[j] - mx) : 0.0f;
+  // A masked key is 0, as Exp(-inf - mx) is. 32-bit indices: the key
+  // mask is then one compare per vector (n < 2^31: a row of P).
+  const int32_t n32 = static_cast<int32_t>(n), len32 = static_cast<int32_t>(len);
+  for (int32_t j = 0; j < n32; ++j) x[j] = j < len32 ? Exp(scale * x[j] - mx) : 0.0f;
 }
 
 // sum(x) over [0, n).
@@ -363,9 +541,11 @@ TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
   return Sum8(n, [x](int64_t j) { return x[j]; });
 }
 
-// x[0..n) *= s.
-TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s) {
-  for (int64_t j = 0; j < n; ++j) x[j] *= s;
+// x[0..n) *= s, and out[0..m) = the result (m <= n): one pass for the
+// probabilities P v reads and the copy kept for the backward.
+TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s, float* out, int64_t m) {
+  for (int64_t j = 0; j < m; ++j) out[j] = x[j] = x[j] * s;
+  for (int64_t j = m; j < n; ++j) x[j] *= s;
 }
 
 // sum(p * dp) over [0, n).
@@ -373,17 +553,22 @@ TPX_VECTOR_CLONES float RowDot(const float* p, const float* dp, int64_t n) {
   return Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
 }
 
-// ds[0..n) = scale * p * (dp - dot), in place over dp.
+// ds[0..n) = scale * p * (dp - dot), in place over dp, and pc[0..n) = p.
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float dot,
-                                          float scale) {
-  for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
+                                          float scale, float* pc) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j];
+    pc[j] = pj;
+    dp[j] = scale * (pj * (dp[j] - dot));
+  }
 }
 
 // P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
 // each row's softmax runs over whole vectors, the keys after the diagonal
 // masked, and the rest of the columns P v reads (up to the chunk's end,
-// rounded up to a pair) is zeroed. Copies P to pr ([t, t]) unless it is
-// null.
+// rounded up to a pair) is zeroed. Unless pr is null, row i of P is also
+// written to pr ([t, t]) over the keys the backward reads, [0, min(t,
+// RoundUp(i + 1, 16))); the rest of pr's row (all zeros) is not written.
 void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
   const int64_t tp = RoundUp(t, kLanes);
   // Each step for all the rows before the next: a row's sum is one chain of
@@ -399,19 +584,21 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    ScaleRow(row, n, 1.0f / sum[i - c0]);
+    ScaleRow(row, n, 1.0f / sum[i - c0], pr != nullptr ? pr + i * t : nullptr,
+             pr != nullptr ? std::min(n, t) : 0);
     std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
-    if (pr != nullptr) {
-      std::copy_n(row, std::min(n, t), pr + i * t);
-      std::fill(pr + i * t + std::min(n, t), pr + (i + 1) * t, 0.0f);
-    }
   }
 }
 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
-// rows) (ds: [rows, tp]), zero after the diagonal up to tp.
+// rows) (ds: [rows, tp]). pr is the forward's P ([t, t], read over the keys
+// SoftmaxChunk wrote); its rows are copied to pc ([rows, tp]) for the
+// products that read P across rows. Both are zero after the diagonal as
+// far as a product reads: a tile's rows past a row's diagonal (at most 16,
+// within one vector of its last whole vector), and up to the chunk's end
+// for the pair form's rounding. Further columns are left as they are.
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
-                          float scale) {
+                          float scale, float* pc) {
   const int64_t tp = RoundUp(t, kLanes);
   // Whole vectors where the row has them: P is 0 after the diagonal.
   auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
@@ -423,8 +610,24 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale);
-    std::fill(row + len(i), row + tp, 0.0f);
+    float* prow = pc + (i - c0) * tp;
+    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale, prow);
+    const int64_t zero_end = std::min(tp, std::max(len(i) + kLanes, RoundUp(c0 + rows, 2)));
+    std::fill(row + len(i), row + zero_end, 0.0f);
+    std::fill(prow + len(i), prow + zero_end, 0.0f);
+  }
+}
+
+// Asks for rows [c0, c0 + rows) of P ([t, t]) over the keys SoftmaxChunk
+// writes and SoftmaxBackwardChunk reads, ahead of the chunk's first
+// product: P goes to memory between the forward and the backward, and its
+// rows, read or written only in part, leave the hardware prefetchers a
+// broken stream.
+void PrefetchProbs(const float* pr, int64_t c0, int64_t rows, int64_t t) {
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    const float* row = pr + i * t;
+    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
+    for (int64_t j = 0; j < n; j += kLanes) PrefetchLine(row + j);
   }
 }
 
@@ -450,6 +653,35 @@ struct Layout {
     const int64_t h0 = i % groups() * group;
     return {i / groups(), h0, std::min(group, heads - h0)};
   }
+};
+
+// A kernel thread's scratch floats, reused by the calls on that thread
+// (with a fresh buffer per call, the packed blocks, 0.5 MiB per task at the
+// GPT sizes, came as new pages from the OS on every call, and zeroed).
+// Holds up to kKeep floats between calls; a call needing more gets its own
+// buffer. Nothing in it is zero: every piece is written before it is read.
+class Scratch {
+ public:
+  // Room for pieces of the given sizes (floats).
+  explicit Scratch(std::initializer_list<int64_t> sizes) {
+    int64_t total = 0;
+    for (int64_t n : sizes) total += RoundUp(n, kLanes);
+    thread_local std::vector<float> kept;
+    std::vector<float>& buf = total <= kKeep ? kept : own_;
+    if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);
+    next_ = buf.data();
+  }
+  // The next piece of n floats, in the order of the sizes.
+  float* Take(int64_t n) {
+    float* p = next_;
+    next_ += RoundUp(n, kLanes);
+    return p;
+  }
+
+ private:
+  static constexpr int64_t kKeep = int64_t{4} << 20;  // 16 MiB
+  std::vector<float> own_;
+  float* next_;
 };
 
 // Copies a task's columns between the strided [t, b, parts * heads * d]
@@ -489,21 +721,6 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
   }
 }
 
-// xt[d, tp] = x[t, d]^T (x's rows ldx apart), zero in columns [t, tp).
-// Rows a whole row of qkv apart sit on different pages, which the hardware
-// prefetchers do not follow, and the scattered stores leave room for few
-// rows' loads in flight: the rows kAhead on are asked for explicitly.
-template <typename E>
-void Transpose(const E* x, int64_t ldx, int64_t t, int64_t d, int64_t tp, E* xt) {
-  constexpr int64_t kAhead = 8, kLine = 64 / sizeof(E);
-  for (int64_t i = 0; i < t; ++i) {
-    if (i + kAhead < t) {
-      for (int64_t j = 0; j < d; j += kLine) __builtin_prefetch(x + (i + kAhead) * ldx + j);
-    }
-    for (int64_t j = 0; j < d; ++j) xt[j * tp + i] = x[i * ldx + j];
-  }
-  for (int64_t j = 0; j < d; ++j) std::fill(xt + j * tp + t, xt + (j + 1) * tp, E{0});
-}
 
 // A task's per-head [t, d] blocks of a [t, b, parts * heads * d] tensor:
 // head h's block of part `part` (q, k or v of qkv; the only part of ctx)
@@ -638,34 +855,38 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(PackedSize<T>(3, L)), out(PackedSize<T>(1, L)), kt(d * tp),
-        s(kRowChunk * tp);
+    Scratch scratch({PackedSize<T>(3, L), PackedSize<T>(1, L), d * tp, kRowChunk * tp});
+    float* const in = scratch.Take(PackedSize<T>(3, L));
+    float* const out = scratch.Take(PackedSize<T>(1, L));
+    float* const kt = scratch.Take(d * tp);
+    float* const s = scratch.Take(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
-      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out.data());
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in);
+      const Blocks<float> y = ResultBlocks(ctx, 1, L, bi, h0, hn, out);
       for (int64_t h = 0; h < hn; ++h) {
         const float* q = x.at(0, h);
         const float* v = x.at(2, h);
         float* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(x.at(1, h), x.ld, t, d, tp, kt.data());
+        isa.transpose(x.at(1, h), x.ld, t, d, tp, kt);
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
           // S = q k^T, causal column blocks only.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
-                           .aps = 1, .b = kt.data(), .ldb = tp, .c = s.data(), .ldc = tp,
+                           .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          SoftmaxChunk(s, c0, rows, t, scale, pr);
           // ctx = P v over the keys each row block sees.
-          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s.data(), .ars = tp, .aps = 1,
+          RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s, .ars = tp, .aps = 1,
                            .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
                            .band = Band::kUpTo, .row0 = c0});
         }
       }
-      WriteResults(out.data(), 1, L, bi, h0, hn, ctx);
+      WriteResults(out, 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -676,43 +897,50 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    std::vector<float> in(PackedSize<T>(3, L)), gin(PackedSize<T>(1, L)),
-        out(PackedSize<T>(3, L)), vt(d * tp), ds(t * tp);
+    Scratch scratch({PackedSize<T>(3, L), PackedSize<T>(1, L), PackedSize<T>(3, L), d * tp,
+                     t * tp, t * tp});
+    float* const in = scratch.Take(PackedSize<T>(3, L));
+    float* const gin = scratch.Take(PackedSize<T>(1, L));
+    float* const out = scratch.Take(PackedSize<T>(3, L));
+    float* const vt = scratch.Take(d * tp);
+    float* const ds = scratch.Take(t * tp);
+    float* const pc = scratch.Take(t * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in.data());
-      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin.data());
-      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out.data());
+      const Blocks<const float> x = ReadBlocks(qkv, 3, L, bi, h0, hn, in);
+      const Blocks<const float> g = ReadBlocks(grad, 1, L, bi, h0, hn, gin);
+      const Blocks<float> y = ResultBlocks(dqkv, 3, L, bi, h0, hn, out);
       for (int64_t h = 0; h < hn; ++h) {
         const float* q = x.at(0, h);
         const float* k = x.at(1, h);
         const float* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        Transpose(x.at(2, h), x.ld, t, d, tp, vt.data());
+        isa.transpose(x.at(2, h), x.ld, t, d, tp, vt);
         float* dq = y.at(0, h);
         float* dk = y.at(1, h);
         float* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          float* dsc = ds.data() + c0 * tp;
+          float* dsc = ds + c0 * tp;
+          PrefetchProbs(pr, c0, rows, t);
           // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
           // rowsum(P dP)) in place, zero after the diagonal.
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
-                           .aps = 1, .b = vt.data(), .ldb = tp, .c = dsc, .ldc = tp,
+                           .aps = 1, .b = vt, .ldb = tp, .c = dsc, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale);
+          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale, pc + c0 * tp);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
                            .ldb = x.ld, .c = dq + c0 * y.ld, .ldc = y.ld, .band = Band::kUpTo,
                            .row0 = c0});
         }
         // dk = dS^T q, dv = P^T dO.
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds.data(), .ars = 1, .aps = tp, .b = q,
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = ds, .ars = 1, .aps = tp, .b = q,
                          .ldb = x.ld, .c = dk, .ldc = y.ld, .band = Band::kFrom});
-        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pr, .ars = 1, .aps = t, .b = go,
+        RunProduct(isa, {.m = t, .n = d, .k = t, .a = pc, .ars = 1, .aps = tp, .b = go,
                          .ldb = g.ld, .c = dv, .ldc = y.ld, .band = Band::kFrom});
       }
-      WriteResults(out.data(), 3, L, bi, h0, hn, dqkv);
+      WriteResults(out, 3, L, bi, h0, hn, dqkv);
     }
   });
 }
@@ -733,10 +961,11 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
         const Pair* q = in.data() + h * block;
         float* o = out.data() + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        Transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
+        isa.transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
         InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
                                       .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
                                       .c = s.data(), .ldc = tp, .causal_cols = true,
@@ -769,7 +998,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
     std::vector<Pair> in(3 * L.group * block), g(L.group * block), vt(dw * tp),
         qi(tp / 2 * d), ki(tp / 2 * d), gi(tp / 2 * d), dsr(kRowChunk * tp / 2),
         dsi(tp / 2 * tp), pi(tp / 2 * tp);
-    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp);
+    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp), pc(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
       PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
@@ -780,17 +1009,18 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
         InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
         InterleavePairRows(go, tp, dw, d, gi.data());
-        Transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
+        isa.transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
         float* dq = out.data() + h * td;
         float* dk = out.data() + (hn + h) * td;
         float* dv = out.data() + (2 * hn + h) * td;
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
+          PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
                                       .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
                                       .c = ds.data(), .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale);
+          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale, pc.data());
           // The chunk's rows are zero from column c0 + rows on: only the
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
@@ -798,7 +1028,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
           for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, n, dsr.data() + i * tp / 2);
           InterleaveRows(ds.data(), tp, rows, n, dsi.data() + c0 / 2 * tp, tp);
-          InterleaveRows(pr + c0 * t, t, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
+          InterleaveRows(pc.data(), tp, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
           RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
                                       .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
                                       .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
