@@ -9,6 +9,7 @@
 //
 //   bazel run -c opt //bench:gpt -- [--steps=20] [--tps=1,2] [--dtype=bf16] [--d_model=128 ...]
 //       [--pytorch_threads=1:1,1:2,2:2] [--python=/usr/bin/python3]
+//       [--pytorch_openblas_core=auto|env]
 // final_loss is the training loss of the last step (the same seed and
 // batches for every dtype and TP size, so runs compare).
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
@@ -71,6 +72,10 @@ ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP
 ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
 ABSL_FLAG(std::string, pytorch_threads, "1:1,1:2,2:1,2:2",
           "PyTorch peer thread settings to measure, omp:blas each; empty = none.");
+ABSL_FLAG(std::string, pytorch_openblas_core, "auto",
+          "OpenBLAS kernels of the PyTorch peer: auto (OpenBLAS's choice for this CPU; the "
+          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer) or env "
+          "(as the environment says).");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
@@ -249,7 +254,7 @@ bool RunPytorchPeer(int tp, absl::string_view setting) {
       " --batch=", absl::GetFlag(FLAGS_batch), " --seq_len=", c.seq_len,
       " --d_model=", c.d_model, " --n_heads=", c.n_heads, " --n_layers=", c.n_layers,
       " --d_ff=", c.d_ff, " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp,
-      " --dtype=", dtype);
+      " --dtype=", dtype, " --openblas_core=", absl::GetFlag(FLAGS_pytorch_openblas_core));
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return skipped("could not start python");
@@ -394,6 +399,12 @@ int SweepWaitPolicies(const std::vector<std::string>& policies, int argc, char**
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (const std::string core = absl::GetFlag(FLAGS_pytorch_openblas_core);
+      core != "auto" && core != "env") {
+    std::fprintf(stderr, "gpt bench: --pytorch_openblas_core must be auto or env, not '%s'\n",
+                 core.c_str());
+    return 2;
+  }
   const int contend = absl::GetFlag(FLAGS_contend);
   const int rounds = absl::GetFlag(FLAGS_rounds);
   if (contend < 0 || contend > 64 || rounds < 1 || rounds > 100) {

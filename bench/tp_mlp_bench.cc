@@ -25,6 +25,7 @@
 //
 //   bazel run -c opt //bench:tp_mlp -- [--steps=6] [--tokens=2048] [--hidden=1024] [--only_tp=2]
 //       [--dtype=f32,bf16] [--rounds=3] [--pytorch_threads=1:2,2:1,2:2] [--python=/usr/bin/python3]
+//       [--pytorch_openblas_core=auto|env]
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -64,6 +65,10 @@ ABSL_FLAG(int, rounds, 1,
 ABSL_FLAG(std::string, pytorch_threads, "1:2,2:1,2:2",
           "PyTorch peer thread settings at TP=1, omp:blas each (the best is compared); at TP=2 "
           "each process gets 1:1; empty = no PyTorch peer");
+ABSL_FLAG(std::string, pytorch_openblas_core, "auto",
+          "OpenBLAS kernels of the PyTorch peer: auto (OpenBLAS's choice for this CPU; the "
+          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer) or env "
+          "(as the environment says).");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
@@ -276,7 +281,8 @@ double RunPytorchPeer(int tp, absl::string_view dtype, int omp, int blas) {
   const std::string cmd = absl::StrCat(
       "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
       " --tokens=", absl::GetFlag(FLAGS_tokens), " --hidden=", absl::GetFlag(FLAGS_hidden),
-      " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp, " --dtype=", dtype);
+      " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp, " --dtype=", dtype,
+      " --openblas_core=", absl::GetFlag(FLAGS_pytorch_openblas_core));
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
   if (pipe == nullptr) return skipped("could not start python");
@@ -301,6 +307,12 @@ double RunPytorchPeer(int tp, absl::string_view dtype, int omp, int blas) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (const std::string core = absl::GetFlag(FLAGS_pytorch_openblas_core);
+      core != "auto" && core != "env") {
+    std::fprintf(stderr, "tp_mlp: --pytorch_openblas_core must be auto or env, not '%s'\n",
+                 core.c_str());
+    return 2;
+  }
   using tpx::Config;
   using tpx::DType;
   std::vector<DType> dtypes;

@@ -31,9 +31,14 @@ import tempfile
 
 
 def add_common_args(parser):
-    """Adds --omp_threads, --blas_threads, --tp and --dtype; returns the parser."""
+    """Adds --omp_threads, --blas_threads, --openblas_core, --tp and --dtype; returns the parser."""
     parser.add_argument("--omp_threads", type=int, default=1)
     parser.add_argument("--blas_threads", type=int, default=1)
+    # auto: OpenBLAS picks its kernels for this CPU. Some hosts set
+    # OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to an older core as a workaround
+    # for old OpenBLAS builds; on a CPU with AVX-512 that halves PyTorch's f32
+    # GEMM rate, which would flatter tpx. env: keep what the environment says.
+    parser.add_argument("--openblas_core", default="auto", choices=("auto", "env"))
     parser.add_argument("--tp", type=int, default=1, choices=(1, 2))
     parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
     return parser
@@ -48,8 +53,24 @@ def base_line(bench, args, **after_tp):
     line = {"bench": bench, "impl": "pytorch", "tp": args.tp}
     line.update(after_tp)
     line.update({"dtype": args.dtype, "threads": max(args.omp_threads, args.blas_threads),
-                 "omp_threads": args.omp_threads, "blas_threads": args.blas_threads})
+                 "omp_threads": args.omp_threads, "blas_threads": args.blas_threads,
+                 "openblas_core": openblas_core_name()})
     return line
+
+
+def openblas_core_name():
+    """The kernel set the OpenBLAS that torch loaded runs ("Cooperlake", "Haswell", ...)."""
+    import ctypes
+    with open("/proc/self/maps") as maps:
+        paths = {l.split()[-1] for l in maps if "libopenblas" in l and l.split()[-1].startswith("/")}
+    for path in sorted(paths):
+        try:
+            get = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        get.restype = ctypes.c_char_p
+        return get().decode()
+    return "unknown"
 
 
 class TpRank:
@@ -126,6 +147,9 @@ def main(args, name, first_keys, run, invalid):
     after `name`) for flags the model cannot take, else None.
     """
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
+    if args.openblas_core == "auto":
+        os.environ.pop("OPENBLAS_CORETYPE", None)
+        os.environ.pop("OPENBLAS_L2_SIZE", None)
     try:
         import torch  # noqa: F401
         import torch.multiprocessing as mp
