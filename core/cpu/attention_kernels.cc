@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -655,33 +656,46 @@ struct Layout {
   }
 };
 
-// A kernel thread's scratch floats, reused by the calls on that thread
-// (with a fresh buffer per call, the packed blocks, 0.5 MiB per task at the
-// GPT sizes, came as new pages from the OS on every call, and zeroed).
-// Holds up to kKeep floats between calls; a call needing more gets its own
-// buffer. Nothing in it is zero: every piece is written before it is read.
+// A kernel thread's scratch, reused by the calls on that thread (with a
+// fresh buffer per call, the packed blocks, 0.5 MiB per task at the GPT
+// sizes, came as new pages from the OS on every call, and zeroed). Pieces
+// are 4-byte elements: floats, or bf16 pairs. Holds up to kKeep elements
+// between calls; a call needing more gets its own buffer. Take gives a piece
+// as it was left (every element written before it is read); TakeZeroed
+// clears it first, for the pair buffers whose padding is read but never
+// written.
 class Scratch {
  public:
-  // Room for pieces of the given sizes (floats).
+  // Room for pieces of the given sizes (elements).
   explicit Scratch(std::initializer_list<int64_t> sizes) {
     int64_t total = 0;
     for (int64_t n : sizes) total += RoundUp(n, kLanes);
-    thread_local std::vector<float> kept;
-    std::vector<float>& buf = total <= kKeep ? kept : own_;
-    if (static_cast<int64_t>(buf.size()) < total) buf.resize(total);
+    thread_local std::vector<std::byte> kept;
+    std::vector<std::byte>& buf = total <= kKeep ? kept : own_;
+    const size_t bytes = static_cast<size_t>(total) * kElementBytes;
+    if (buf.size() < bytes) buf.resize(bytes);
     next_ = buf.data();
   }
-  // The next piece of n floats, in the order of the sizes.
-  float* Take(int64_t n) {
-    float* p = next_;
-    next_ += RoundUp(n, kLanes);
+  // The next piece of n elements, in the order of the sizes.
+  template <typename E = float>
+  E* Take(int64_t n) {
+    static_assert(sizeof(E) == kElementBytes);
+    E* p = reinterpret_cast<E*>(next_);
+    next_ += RoundUp(n, kLanes) * kElementBytes;
+    return p;
+  }
+  template <typename E>
+  E* TakeZeroed(int64_t n) {
+    E* p = Take<E>(n);
+    std::memset(p, 0, static_cast<size_t>(n) * sizeof(E));
     return p;
   }
 
  private:
+  static constexpr size_t kElementBytes = 4;
   static constexpr int64_t kKeep = int64_t{4} << 20;  // 16 MiB
-  std::vector<float> own_;
-  float* next_;
+  std::vector<std::byte> own_;
+  std::byte* next_;
 };
 
 // Copies a task's columns between the strided [t, b, parts * heads * d]
@@ -798,8 +812,19 @@ inline Pair RoundPair(float lo, float hi) { return Bf16High(lo) >> 16 | Bf16High
 void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
                int64_t block, Pair* packed) {
   const int64_t width = parts * L.heads * L.d, dw = (L.d + 1) / 2;
+  const int64_t run_bytes = hn * L.d * static_cast<int64_t>(sizeof(BF16));
   for (int64_t i = 0; i < L.t; ++i) {
     const BF16* row = x + (i * L.b + bi) * width;
+    // Time steps are a whole row of x apart, each on its own page, where
+    // the hardware prefetchers stop: the group's runs a few steps ahead are
+    // asked for explicitly.
+    if (i + kAheadRows < L.t) {
+      const BF16* ahead = row + kAheadRows * L.b * width;
+      for (int64_t part = 0; part < parts; ++part) {
+        const char* run = reinterpret_cast<const char*>(ahead + (part * L.heads + h0) * L.d);
+        for (int64_t off = 0; off < run_bytes; off += 64) PrefetchLine(run + off);
+      }
+    }
     for (int64_t part = 0; part < parts; ++part) {
       for (int64_t h = 0; h < hn; ++h) {
         const BF16* src = row + (part * L.heads + h0 + h) * L.d;
@@ -952,36 +977,44 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
   const int64_t block = tp * dw, td = t * d;
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
-    std::vector<Pair> in(3 * L.group * block), kt(dw * tp), vi(tp / 2 * d), p(kRowChunk * tp / 2);
-    std::vector<float> out(L.group * td), s(kRowChunk * tp);
+    // Zeroed once per call as fresh vectors were: padding that the packing
+    // and rounding never write stays zero for every task.
+    Scratch scratch({3 * L.group * block, dw * tp, tp / 2 * d, kRowChunk * tp / 2, L.group * td,
+                     kRowChunk * tp});
+    Pair* const in = scratch.TakeZeroed<Pair>(3 * L.group * block);
+    Pair* const kt = scratch.TakeZeroed<Pair>(dw * tp);
+    Pair* const vi = scratch.TakeZeroed<Pair>(tp / 2 * d);
+    Pair* const p = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
+    float* const out = scratch.TakeZeroed<float>(L.group * td);
+    float* const s = scratch.TakeZeroed<float>(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in);
       for (int64_t h = 0; h < hn; ++h) {
-        const Pair* q = in.data() + h * block;
-        float* o = out.data() + h * td;
+        const Pair* q = in + h * block;
+        float* o = out + h * td;
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        isa.transpose(in.data() + (hn + h) * block, dw, tp, dw, tp, kt.data());
-        InterleavePairRows(in.data() + (2 * hn + h) * block, tp, dw, d, vi.data());
+        isa.transpose(in + (hn + h) * block, dw, tp, dw, tp, kt);
+        InterleavePairRows(in + (2 * hn + h) * block, tp, dw, d, vi);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
-                                      .ars = dw, .aps = 1, .b = kt.data(), .ldb = tp,
-                                      .c = s.data(), .ldc = tp, .causal_cols = true,
+                                      .ars = dw, .aps = 1, .b = kt, .ldb = tp,
+                                      .c = s, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxChunk(s.data(), c0, rows, t, scale, pr);
+          SoftmaxChunk(s, c0, rows, t, scale, pr);
           // P rounded to bf16 over the columns P v reads.
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
-            RowPairs(s.data() + i * tp, std::min(n, tp), p.data() + i * tp / 2);
+            RowPairs(s + i * tp, std::min(n, tp), p + i * tp / 2);
           }
-          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = p.data(), .ars = tp / 2,
-                                      .aps = 1, .b = vi.data(), .ldb = d, .c = o + c0 * d,
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = p, .ars = tp / 2,
+                                      .aps = 1, .b = vi, .ldb = d, .c = o + c0 * d,
                                       .ldc = d, .band = Band::kUpTo, .row0 = c0});
         }
       }
-      Unpack(out.data(), 1, L, bi, h0, hn, ctx);
+      Unpack(out, 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -995,53 +1028,64 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
   const int64_t block = tp * dw, td = t * d;
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    std::vector<Pair> in(3 * L.group * block), g(L.group * block), vt(dw * tp),
-        qi(tp / 2 * d), ki(tp / 2 * d), gi(tp / 2 * d), dsr(kRowChunk * tp / 2),
-        dsi(tp / 2 * tp), pi(tp / 2 * tp);
-    std::vector<float> out(3 * L.group * td), ds(kRowChunk * tp), pc(kRowChunk * tp);
+    Scratch scratch({3 * L.group * block, L.group * block, dw * tp, tp / 2 * d, tp / 2 * d,
+                     tp / 2 * d, kRowChunk * tp / 2, tp / 2 * tp, tp / 2 * tp, 3 * L.group * td,
+                     kRowChunk * tp, kRowChunk * tp});
+    Pair* const in = scratch.TakeZeroed<Pair>(3 * L.group * block);
+    Pair* const g = scratch.TakeZeroed<Pair>(L.group * block);
+    Pair* const vt = scratch.TakeZeroed<Pair>(dw * tp);
+    Pair* const qi = scratch.TakeZeroed<Pair>(tp / 2 * d);
+    Pair* const ki = scratch.TakeZeroed<Pair>(tp / 2 * d);
+    Pair* const gi = scratch.TakeZeroed<Pair>(tp / 2 * d);
+    Pair* const dsr = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
+    Pair* const dsi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
+    Pair* const pi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
+    float* const out = scratch.TakeZeroed<float>(3 * L.group * td);
+    float* const ds = scratch.TakeZeroed<float>(kRowChunk * tp);
+    float* const pc = scratch.TakeZeroed<float>(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      PackPairs(qkv, 3, L, bi, h0, hn, block, in.data());
-      PackPairs(grad, 1, L, bi, h0, hn, block, g.data());
+      PackPairs(qkv, 3, L, bi, h0, hn, block, in);
+      PackPairs(grad, 1, L, bi, h0, hn, block, g);
       for (int64_t h = 0; h < hn; ++h) {
-        const Pair* go = g.data() + h * block;
+        const Pair* go = g + h * block;
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        InterleavePairRows(in.data() + h * block, tp, dw, d, qi.data());
-        InterleavePairRows(in.data() + (hn + h) * block, tp, dw, d, ki.data());
-        InterleavePairRows(go, tp, dw, d, gi.data());
-        isa.transpose(in.data() + (2 * hn + h) * block, dw, tp, dw, tp, vt.data());
-        float* dq = out.data() + h * td;
-        float* dk = out.data() + (hn + h) * td;
-        float* dv = out.data() + (2 * hn + h) * td;
+        InterleavePairRows(in + h * block, tp, dw, d, qi);
+        InterleavePairRows(in + (hn + h) * block, tp, dw, d, ki);
+        InterleavePairRows(go, tp, dw, d, gi);
+        isa.transpose(in + (2 * hn + h) * block, dw, tp, dw, tp, vt);
+        float* dq = out + h * td;
+        float* dk = out + (hn + h) * td;
+        float* dv = out + (2 * hn + h) * td;
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           PrefetchProbs(pr, c0, rows, t);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
-                                      .ars = dw, .aps = 1, .b = vt.data(), .ldb = tp,
-                                      .c = ds.data(), .ldc = tp, .causal_cols = true,
+                                      .ars = dw, .aps = 1, .b = vt, .ldb = tp,
+                                      .c = ds, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxBackwardChunk(ds.data(), c0, rows, t, pr, scale, pc.data());
+          SoftmaxBackwardChunk(ds, c0, rows, t, pr, scale, pc);
           // The chunk's rows are zero from column c0 + rows on: only the
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
           // row pairs.
           const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
-          for (int64_t i = 0; i < rows; ++i) RowPairs(ds.data() + i * tp, n, dsr.data() + i * tp / 2);
-          InterleaveRows(ds.data(), tp, rows, n, dsi.data() + c0 / 2 * tp, tp);
-          InterleaveRows(pc.data(), tp, rows, c0 + rows, pi.data() + c0 / 2 * tp, tp);
-          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr.data(),
-                                      .ars = tp / 2, .aps = 1, .b = ki.data(), .ldb = d,
+          for (int64_t i = 0; i < rows; ++i) RowPairs(ds + i * tp, n, dsr + i * tp / 2);
+          InterleaveRows(ds, tp, rows, n, dsi + c0 / 2 * tp, tp);
+          InterleaveRows(pc, tp, rows, c0 + rows, pi + c0 / 2 * tp, tp);
+          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr,
+                                      .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
                                       .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
                                       .row0 = c0});
         }
-        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = dsi.data(), .ars = 1,
-                                    .aps = tp, .b = qi.data(), .ldb = d, .c = dk, .ldc = d,
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = dsi, .ars = 1,
+                                    .aps = tp, .b = qi, .ldb = d, .c = dk, .ldc = d,
                                     .band = Band::kFrom});
-        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = pi.data(), .ars = 1,
-                                    .aps = tp, .b = gi.data(), .ldb = d, .c = dv, .ldc = d,
+        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = pi, .ars = 1,
+                                    .aps = tp, .b = gi, .ldb = d, .c = dv, .ldc = d,
                                     .band = Band::kFrom});
       }
-      Unpack(out.data(), 3, L, bi, h0, hn, dqkv);
+      Unpack(out, 3, L, bi, h0, hn, dqkv);
     }
   });
 }
