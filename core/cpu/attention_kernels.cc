@@ -31,7 +31,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -43,6 +42,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/bf16_convert.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
@@ -729,7 +729,11 @@ void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int
       for (int64_t h = 0; h < hn; ++h) {
         const float* src = packed + (part * hn + h) * td + i * L.d;
         T* dst = row + (part * L.heads + h0 + h) * L.d;
-        for (int64_t j = 0; j < L.d; ++j) dst[j] = StoreAs<T>(src[j]);
+        if constexpr (std::is_same_v<T, BF16>) {
+          FloatToBF16Array(src, dst, L.d);
+        } else {
+          for (int64_t j = 0; j < L.d; ++j) dst[j] = StoreAs<T>(src[j]);
+        }
       }
     }
   }
@@ -796,16 +800,6 @@ void WriteResults(const float* packed, int64_t parts, const Layout& L, int64_t b
 
 // ---- bf16 pairs ----
 
-// f32 rounded to bf16 as FloatToBF16 (nearest even, NaN kept and made
-// quiet), left in the high half of the word: 32-bit arithmetic only, so the
-// loops below vectorise.
-inline uint32_t Bf16High(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
-  return ((u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : rounded) & 0xffff0000u;
-}
-inline Pair RoundPair(float lo, float hi) { return Bf16High(lo) >> 16 | Bf16High(hi); }
-
 // As Pack, into pairs along each row: per part and head a [tp, dw] block
 // of words (dw = ceil(d / 2)). The padding (rows [t, tp), an odd d's last
 // half) is never written: the caller zeroes the buffer once.
@@ -854,25 +848,32 @@ void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair
 
 // f32 rows rounded to bf16 pairs across rows: out[i][j] = (x[2i][j],
 // x[2i + 1][j]) for i < ceil(rows / 2), j < n; a missing last row is 0.
+// Rounding is FloatToBF16Array's (one instruction per 32 values here).
 void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
                     int64_t ldo) {
+  constexpr int64_t kBlock = 256;
+  BF16 lo[kBlock], hi[kBlock];
   for (int64_t i = 0; 2 * i < rows; ++i) {
-    const float* lo = x + 2 * i * ldx;
+    const float* x_lo = x + 2 * i * ldx;
+    const bool has_hi = 2 * i + 1 < rows;
     Pair* o = out + i * ldo;
-    if (2 * i + 1 < rows) {
-      const float* hi = lo + ldx;
-      for (int64_t j = 0; j < n; ++j) o[j] = RoundPair(lo[j], hi[j]);
-    } else {
-      for (int64_t j = 0; j < n; ++j) o[j] = Bf16High(lo[j]) >> 16;
+    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+      const int64_t len = std::min(kBlock, n - j0);
+      FloatToBF16Array(x_lo + j0, lo, len);
+      if (has_hi) {
+        FloatToBF16Array(x_lo + ldx + j0, hi, len);
+        for (int64_t j = 0; j < len; ++j) o[j0 + j] = lo[j].bits | Pair{hi[j].bits} << 16;
+      } else {
+        for (int64_t j = 0; j < len; ++j) o[j0 + j] = lo[j].bits;
+      }
     }
   }
 }
 
-// An f32 row (n even) rounded to bf16 pairs along it.
+// An f32 row (n even) rounded to bf16 pairs along it: consecutive bf16
+// values are the pairs already.
 void RowPairs(const float* x, int64_t n, Pair* out) {
-  for (int64_t j = 0; j < n / 2; ++j) {
-    out[j] = RoundPair(x[2 * j], x[2 * j + 1]);
-  }
+  FloatToBF16Array(x, reinterpret_cast<BF16*>(out), n);
 }
 
 template <typename T>
