@@ -325,6 +325,20 @@ TEST(GemmTest, TransposedAMatchesReference) {
   SetGemmThreads(before);
 }
 
+// f32 products of 2^30 multiply-adds and more take oneDNN's GEMM driver in
+// every layout (smaller ones its matmul primitive): both layouts of each
+// operand, padded leading dims, alpha and beta.
+TEST(GemmTest, LargeF32ProductsMatchReference) {
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      ExpectMatchesReference({.ta = ta, .tb = tb, .m = 1024, .n = 1025, .k = 1024, .pad_a = 3,
+                              .pad_b = 1, .pad_c = 2, .alpha = 1.5f, .beta = 0.5f,
+                              .seed = static_cast<uint32_t>(100 + 2 * ta + tb)},
+                             kF32Tol);
+    }
+  }
+}
+
 // A shared B (stride 0) and f16 inputs take the per-product path.
 TEST(GemmTest, BatchedSharedOperandAndF16) {
   const int64_t batch = 3, m = 4, n = 5, k = 6;
