@@ -1,7 +1,7 @@
 // GEMM throughput of tpx::ops::Matmul versus a direct OpenBLAS cblas_sgemm,
 // both as a fraction of the core's measured FMA peak (bench/fma_peak.h).
 //
-//   bazel run -c opt //bench:gemm [-- --threads=1,2 --cases=gpt]
+//   bazel run -c opt //bench:gemm [-- --threads=1,2 --cases=gpt --openblas_core=auto|env]
 //
 // First, per thread count, the peak:
 //   {"bench":"fma_peak","threads":1,"f32_isa":"avx512","f32_gflops":..,
@@ -23,6 +23,7 @@
 // as the peak is: on a shared host the best case is the one that compares
 // (a median measures the neighbours).
 #include <cblas.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +43,10 @@
 #include "core/ops.h"
 
 ABSL_FLAG(std::string, threads, "1,2", "GEMM thread counts to measure.");
+ABSL_FLAG(std::string, openblas_core, "auto",
+          "OpenBLAS kernels of the baseline: auto (OpenBLAS's choice for this CPU: the bench "
+          "restarts itself without the host's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which "
+          "OpenBLAS reads when it loads) or env (as the environment says).");
 ABSL_FLAG(std::string, cases, "all",
           "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes).");
 
@@ -185,7 +190,8 @@ int Main() {
             tpx_gflops / blas_gflops, peak_gflops, frac(tpx_gflops));
         if (dtype == DType::kF32) {
           tpx_f32_gflops = tpx_gflops;
-          line += absl::StrFormat(",\"openblas_frac_of_peak\":%.2f", frac(blas_gflops));
+          line += absl::StrFormat(",\"openblas_frac_of_peak\":%.2f,\"openblas_core\":\"%s\"",
+                                  frac(blas_gflops), openblas_get_corename());
         } else {
           // The bf16 goal is relative to tpx's own f32 path.
           line += absl::StrFormat(",\"vs_tpx_f32\":%.2f", tpx_gflops / tpx_f32_gflops);
@@ -211,5 +217,20 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string core = absl::GetFlag(FLAGS_openblas_core);
+  if (core != "auto" && core != "env") {
+    std::fprintf(stderr, "gemm: --openblas_core must be auto or env, not '%s'\n", core.c_str());
+    return 2;
+  }
+  // A host that pins an older core type would halve OpenBLAS on AVX-512
+  // CPUs and flatter tpx; once unset, the restarted bench keeps running.
+  if (core == "auto" &&
+      (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("OPENBLAS_L2_SIZE") != nullptr)) {
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("OPENBLAS_L2_SIZE");
+    execv("/proc/self/exe", argv);
+    std::perror("gemm: restarting without OPENBLAS_CORETYPE");
+    return 1;
+  }
   return tpx::Main();
 }
