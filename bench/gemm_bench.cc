@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -54,9 +55,15 @@ namespace tpx {
 namespace {
 
 constexpr int kRepetitions = 7;
+// Both libraries' worker threads keep spinning for a while after a call
+// (OpenBLAS for about 2^28 cycles, OpenMP's for its spin count); measured
+// right after the other library, a side ran beside those spinners on 2
+// cores (one case at 0.05 of peak). Each measurement first waits this long.
+constexpr auto kQuietBefore = std::chrono::milliseconds(150);
 
 template <typename F>
 double BestSeconds(F&& run) {
+  std::this_thread::sleep_for(kQuietBefore);
   run();  // warm-up: primitive creation, page faults
   std::vector<double> times;
   for (int r = 0; r < kRepetitions; ++r) {
