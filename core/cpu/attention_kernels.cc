@@ -846,26 +846,36 @@ void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair
   }
 }
 
-// f32 rows rounded to bf16 pairs across rows: out[i][j] = (x[2i][j],
-// x[2i + 1][j]) for i < ceil(rows / 2), j < n; a missing last row is 0.
-// Rounding is FloatToBF16Array's (one instruction per 32 values here).
+// bf16 rows to pairs across rows: out[i][j] = (x[2i][j], x[2i + 1][j]) for
+// i < ceil(rows / 2), j < n; a missing last row is 0.
+void InterleaveBf16Rows(const BF16* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
+                        int64_t ldo) {
+  for (int64_t i = 0; 2 * i < rows; ++i) {
+    const BF16* lo = x + 2 * i * ldx;
+    Pair* o = out + i * ldo;
+    if (2 * i + 1 < rows) {
+      const BF16* hi = lo + ldx;
+      for (int64_t j = 0; j < n; ++j) o[j] = lo[j].bits | Pair{hi[j].bits} << 16;
+    } else {
+      for (int64_t j = 0; j < n; ++j) o[j] = lo[j].bits;
+    }
+  }
+}
+
+// f32 rows rounded to bf16 (FloatToBF16Array, one instruction per 32
+// values here), then to pairs across rows as InterleaveBf16Rows.
 void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
                     int64_t ldo) {
   constexpr int64_t kBlock = 256;
-  BF16 lo[kBlock], hi[kBlock];
+  BF16 rounded[2][kBlock];
   for (int64_t i = 0; 2 * i < rows; ++i) {
-    const float* x_lo = x + 2 * i * ldx;
-    const bool has_hi = 2 * i + 1 < rows;
-    Pair* o = out + i * ldo;
+    const int64_t pair_rows = std::min<int64_t>(2, rows - 2 * i);
     for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
       const int64_t len = std::min(kBlock, n - j0);
-      FloatToBF16Array(x_lo + j0, lo, len);
-      if (has_hi) {
-        FloatToBF16Array(x_lo + ldx + j0, hi, len);
-        for (int64_t j = 0; j < len; ++j) o[j0 + j] = lo[j].bits | Pair{hi[j].bits} << 16;
-      } else {
-        for (int64_t j = 0; j < len; ++j) o[j0 + j] = lo[j].bits;
+      for (int64_t r = 0; r < pair_rows; ++r) {
+        FloatToBF16Array(x + (2 * i + r) * ldx + j0, rounded[r], len);
       }
+      InterleaveBf16Rows(rounded[0], kBlock, pair_rows, len, out + i * ldo + j0, ldo);
     }
   }
 }
@@ -1072,7 +1082,9 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           // row pairs.
           const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
           for (int64_t i = 0; i < rows; ++i) RowPairs(ds + i * tp, n, dsr + i * tp / 2);
-          InterleaveRows(ds, tp, rows, n, dsi + c0 / 2 * tp, tp);
+          // dS^T's pairs from the rows just rounded (bf16 rows tp apart).
+          InterleaveBf16Rows(reinterpret_cast<const BF16*>(dsr), tp, rows, n,
+                             dsi + c0 / 2 * tp, tp);
           InterleaveRows(pc, tp, rows, c0 + rows, pi + c0 / 2 * tp, tp);
           RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr,
                                       .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
