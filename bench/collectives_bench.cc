@@ -23,6 +23,16 @@
 // --mca btl tcp,self`), its daemon on the second host started through
 // bench/peers/emulated_host_rsh.sh.
 //
+// Buffers: tpx's ranks take theirs from tpx's CPU allocator, the memory
+// CPU tensors live in (blocks of 2 MiB and more on transparent huge pages;
+// TPX_CPU_ALLOCATOR_HUGE_PAGES=0 turns that off), for each (op, size) of
+// exactly the sizes the op reads and writes, as a program's tensors would
+// be: a small collective gets no huge pages from a large neighbour. The
+// Open MPI peer runs every size in one malloc'd send and receive buffer of
+// the largest size (--openmpi_huge_pages: mapped as tpx's allocator maps
+// large blocks, to show what huge pages alone give it). The "huge_pages"
+// field of each line says which.
+//
 // `bytes` is nccl-tests' size: the full f32 buffer (all_reduce, broadcast),
 // the gathered output (all_gather), the scattered input (reduce_scatter) or
 // one rank's send buffer (all_to_all); busbw as nccl-tests defines it.
@@ -50,6 +60,7 @@
 #include "absl/time/time.h"
 #include "comm/plugin_abi.h"
 #include "comm_ucx/plugin_testutil.h"
+#include "core/allocator.h"
 #include "testing/emulated_hosts.h"
 
 ABSL_FLAG(int, nproc, 2, "Ranks (with --cross_host: split evenly over the 2 hosts).");
@@ -61,6 +72,9 @@ ABSL_FLAG(std::string, sizes, "4096,16384,65536,262144,1048576,4194304,16777216,
           "Sizes in bytes (see the header for what `bytes` means per op).");
 ABSL_FLAG(int64_t, max_bytes, 0, "Drops sizes above this (0: none).");
 ABSL_FLAG(bool, openmpi, true, "Measure the Open MPI peer in the same rounds.");
+ABSL_FLAG(bool, openmpi_huge_pages, false,
+          "Give the Open MPI peer buffers on transparent huge pages, as tpx's CPU allocator "
+          "maps blocks of 2 MiB and more (default: malloc's).");
 ABSL_FLAG(bool, cross_host, false,
           "Ranks on 2 emulated hosts (network namespaces, TCP between them); needs root.");
 ABSL_FLAG(std::string, mpicc, "/usr/bin/mpicc", "Open MPI's compiler wrapper for the peer.");
@@ -81,22 +95,21 @@ bool MpiHasOp(const std::string& op) {
 }
 
 // Runs `op` on buffers for `bytes`; returns "" or an error.
-std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, std::vector<float>& send,
-                   std::vector<float>& recv, std::vector<int64_t>& counts,
-                   std::vector<int64_t>& displs) {
+std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* send, float* recv,
+                   std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
   const int n = env.world;
   const int64_t total = bytes / 4;
   if (op == "all_reduce") {
     auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
     a.count = total;
-    a.send = send.data();
-    a.recv = recv.data();
+    a.send = send;
+    a.recv = recv;
     return RunOp(env, a);
   }
   if (op == "broadcast") {
     auto a = MakeArgs(TPX_COLL_BROADCAST, TPX_DTYPE_F32);
     a.count = total;
-    a.send = a.recv = recv.data();
+    a.send = a.recv = recv;
     return RunOp(env, a);
   }
   const int64_t block = total / n;
@@ -107,8 +120,8 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, std::vect
   if (op == "all_gather") {
     auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, TPX_DTYPE_F32);
     a.count = block;
-    a.send = send.data();
-    a.recv = recv.data();
+    a.send = send;
+    a.recv = recv;
     a.recv_counts = counts.data();
     a.recv_displs = displs.data();
     return RunOp(env, a);
@@ -116,19 +129,47 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, std::vect
   if (op == "reduce_scatter") {
     auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, TPX_DTYPE_F32);
     a.count = block;
-    a.send = send.data();
-    a.recv = recv.data();
+    a.send = send;
+    a.recv = recv;
     a.send_counts = counts.data();
     a.send_displs = displs.data();
     return RunOp(env, a);
   }
   auto a = MakeArgs(TPX_COLL_ALL_TO_ALL_V, TPX_DTYPE_F32);
-  a.send = send.data();
-  a.recv = recv.data();
+  a.send = send;
+  a.recv = recv;
   a.send_counts = a.recv_counts = counts.data();
   a.send_displs = a.recv_displs = displs.data();
   return RunOp(env, a);
 }
+
+// The bytes `op` of size `bytes` reads from its send buffer and writes to
+// its receive buffer on each of `n` ranks.
+std::pair<int64_t, int64_t> BufferBytes(const std::string& op, int64_t bytes, int n) {
+  const int64_t block = bytes / 4 / n * 4;
+  if (op == "all_gather") return {block, bytes};
+  if (op == "reduce_scatter") return {bytes, block};
+  if (op == "broadcast") return {0, bytes};
+  return {bytes, bytes};
+}
+
+// A block from tpx's CPU allocator, filled with `value`, freed on scope exit.
+class TensorMemory {
+ public:
+  TensorMemory(int64_t bytes, float value)
+      : bytes_(std::max<int64_t>(bytes, 4)),
+        data_(static_cast<float*>(tpx::GetCpuAllocator().Allocate(bytes_))) {
+    if (data_ != nullptr) std::fill(data_, data_ + bytes_ / 4, value);
+  }
+  ~TensorMemory() { tpx::GetCpuAllocator().Deallocate(data_, bytes_); }
+  TensorMemory(const TensorMemory&) = delete;
+  TensorMemory& operator=(const TensorMemory&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  int64_t bytes_;
+  float* data_;
+};
 
 double BusBwFactor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
@@ -145,8 +186,6 @@ double Median(std::vector<double> v) {
 // best_us" lines to `results`. The same loop as bench/peers/collectives_mpi.c.
 std::string MeasureRank(RankEnv& env, const std::vector<std::string>& ops,
                         const std::vector<int64_t>& sizes, int reps, const std::string& results) {
-  const int64_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
-  std::vector<float> send(max_bytes / 4, 1.0f), recv(max_bytes / 4, 0.0f);
   std::vector<int64_t> counts(env.world), displs(env.world);
   auto barrier = MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32);
   std::string lines;
@@ -154,12 +193,16 @@ std::string MeasureRank(RankEnv& env, const std::vector<std::string>& ops,
     for (int64_t bytes : sizes) {
       // Enough iterations per repetition to dwarf the clock and the barrier.
       const int iters = static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 500));
+      const auto [send_bytes, recv_bytes] = BufferBytes(op, bytes, env.world);
+      TensorMemory send(send_bytes, 1.0f), recv(recv_bytes, 0.0f);
+      if (send.data() == nullptr || recv.data() == nullptr) return "out of memory";
       std::vector<double> per_op_us;
       for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms up
         if (std::string e = RunOp(env, barrier); !e.empty()) return e;
         auto start = std::chrono::steady_clock::now();
         for (int it = 0; it < iters; ++it) {
-          if (std::string e = RunOne(env, op, bytes, send, recv, counts, displs); !e.empty()) {
+          if (std::string e = RunOne(env, op, bytes, send.data(), recv.data(), counts, displs);
+              !e.empty()) {
             return op + ": " + e;
           }
         }
@@ -291,9 +334,10 @@ std::string RunMpiRound(const Setup& s, const std::string& binary, Samples* out)
   if (mpi_ops.empty()) return "";
   std::vector<std::string> argv = {absl::GetFlag(FLAGS_mpirun), "--allow-run-as-root",
                                    "-np", std::to_string(s.nproc), "--bind-to", "none"};
-  const std::vector<std::string> peer_args = {
+  std::vector<std::string> peer_args = {
       binary, "--ops=" + absl::StrJoin(mpi_ops, ","), "--sizes=" + absl::StrJoin(s.sizes, ","),
       "--reps=" + std::to_string(s.reps)};
+  if (absl::GetFlag(FLAGS_openmpi_huge_pages)) peer_args.push_back("--huge_pages");
   std::string output;
   if (s.hosts == nullptr) {
     argv.insert(argv.end(), peer_args.begin(), peer_args.end());
@@ -455,21 +499,23 @@ int main(int argc, char** argv) {
     for (int64_t bytes : s.sizes) {
       const auto key = std::make_pair(op, bytes);
       const double factor = BusBwFactor(op, s.nproc);
-      auto line = [&](const char* impl, const Times& t) {
+      auto line = [&](const char* impl, const Times& t, bool huge_pages) {
         const double us = Median(t.medians);
         return absl::StrFormat(
             "{\"bench\":\"collectives\",\"impl\":\"%s\",\"hosts\":%d,\"world_size\":%d,"
             "\"op\":\"%s\",\"bytes\":%d,\"time_us\":%.2f,\"busbw_gbps\":%.3f,\"best_us\":%.2f,"
-            "\"rounds\":%d",
-            impl, num_hosts, s.nproc, op, bytes, us, bytes / (us * 1e3) * factor, t.best, rounds);
+            "\"rounds\":%d,\"huge_pages\":%s",
+            impl, num_hosts, s.nproc, op, bytes, us, bytes / (us * 1e3) * factor, t.best, rounds,
+            huge_pages ? "true" : "false");
       };
       const Times& tpx = tpx_times[key];
-      std::string tpx_line = line("tpx", tpx);
+      std::string tpx_line = line("tpx", tpx, tpx::GetCpuAllocator().huge_pages());
       auto mpi = mpi_times.find(key);
       if (mpi != mpi_times.end()) {
         absl::StrAppendFormat(&tpx_line, ",\"vs_openmpi\":%.2f",
                               Median(mpi->second.medians) / Median(tpx.medians));
-        std::printf("%s}\n%s}\n", tpx_line.c_str(), line("openmpi", mpi->second).c_str());
+        std::printf("%s}\n%s}\n", tpx_line.c_str(),
+                    line("openmpi", mpi->second, absl::GetFlag(FLAGS_openmpi_huge_pages)).c_str());
       } else {
         std::printf("%s}\n", tpx_line.c_str());
       }

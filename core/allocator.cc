@@ -1,5 +1,8 @@
 #include "core/allocator.h"
 
+#include <sys/mman.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -19,6 +22,23 @@ size_t RoundedSize(size_t bytes) {
   return rounded == 0 ? CpuAllocator::kAlignment : rounded;
 }
 
+// Whether a block of this rounded size is mapped on its own (MapLarge)
+// rather than taken from malloc.
+bool IsLarge(size_t rounded) { return rounded >= CpuAllocator::kHugePageBytes; }
+
+void FreeBlock(void* ptr, size_t rounded) {
+  if (IsLarge(rounded)) {
+    munmap(ptr, rounded);
+  } else {
+    std::free(ptr);
+  }
+}
+
+bool HugePagesFromEnv() {
+  const char* on = std::getenv("TPX_CPU_ALLOCATOR_HUGE_PAGES");
+  return on == nullptr || std::strcmp(on, "0") != 0;
+}
+
 size_t CacheLimitFromEnv() {
   const char* on = std::getenv("TPX_CPU_ALLOCATOR_CACHE");
   if (on != nullptr && std::strcmp(on, "0") == 0) return 0;
@@ -34,6 +54,24 @@ size_t CacheLimitFromEnv() {
 
 CpuAllocator::~CpuAllocator() { ReleaseCache(); }
 
+void* CpuAllocator::MapLarge(size_t rounded) const {
+  // Over-map by one huge page less a page, then cut the ends so the block
+  // starts on a huge-page boundary; `rounded` is whole pages, so the cut
+  // ends are too.
+  const size_t span = rounded + kHugePageBytes - kMinCachedBytes;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = aligned + rounded;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  void* block = reinterpret_cast<void*>(aligned);
+  // Advice only: without THP (or with it off) the block keeps normal pages.
+  if (huge_pages_) madvise(block, rounded, MADV_HUGEPAGE);
+  return block;
+}
+
 void* CpuAllocator::Allocate(size_t bytes) {
   const size_t rounded = RoundedSize(bytes);
   void* ptr = nullptr;
@@ -46,7 +84,8 @@ void* CpuAllocator::Allocate(size_t bytes) {
       cached_bytes_ -= rounded;
     }
   }
-  if (ptr == nullptr) ptr = std::aligned_alloc(kAlignment, rounded);
+  if (ptr == nullptr)
+    ptr = IsLarge(rounded) ? MapLarge(rounded) : std::aligned_alloc(kAlignment, rounded);
   if (ptr == nullptr) return nullptr;
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
                 static_cast<int64_t>(bytes);
@@ -68,7 +107,7 @@ void CpuAllocator::Deallocate(void* ptr, size_t bytes) {
       return;
     }
   }
-  std::free(ptr);
+  FreeBlock(ptr, rounded);
 }
 
 void CpuAllocator::ResetPeak() { peak_.store(CurrentBytes(), std::memory_order_relaxed); }
@@ -86,13 +125,13 @@ void CpuAllocator::ReleaseCache() {
     cached_bytes_ = 0;
   }
   for (auto& [size, list] : blocks) {
-    for (void* p : list) std::free(p);
+    for (void* p : list) FreeBlock(p, size);
   }
 }
 
 CpuAllocator& GetCpuAllocator() {
   // Never destroyed: outlives all tensors.
-  static CpuAllocator* allocator = new CpuAllocator(CacheLimitFromEnv());
+  static CpuAllocator* allocator = new CpuAllocator(CacheLimitFromEnv(), HugePagesFromEnv());
   return *allocator;
 }
 

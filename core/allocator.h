@@ -14,9 +14,18 @@
 // activation and gradient sizes every time, so from the second step on it
 // gets warm, already-mapped memory instead of fresh pages from the kernel
 // (each a page fault on first touch). The cache is bounded; past the bound
-// freed blocks go back to the system. Environment of the process-wide
-// allocator: TPX_CPU_ALLOCATOR_CACHE=0 turns the cache off;
-// TPX_CPU_ALLOCATOR_CACHE_MB sets the bound (default 2048).
+// freed blocks go back to the system.
+//
+// Blocks of 2 MiB and more are mapped on their own at a 2 MiB boundary and
+// marked for transparent huge pages (where the kernel offers them, also in
+// its "madvise" mode): one page-table entry and one fault per 2 MiB instead
+// of 512, fewer TLB misses in the kernels that stream them, and a peer that
+// reads such a tensor with process_vm_readv (the UCX plugin's single-copy
+// path) pins one page instead of 512.
+//
+// Environment of the process-wide allocator: TPX_CPU_ALLOCATOR_CACHE=0
+// turns the cache off; TPX_CPU_ALLOCATOR_CACHE_MB sets the bound (default
+// 2048); TPX_CPU_ALLOCATOR_HUGE_PAGES=0 leaves large blocks on normal pages.
 #ifndef TPX_CORE_ALLOCATOR_H_
 #define TPX_CORE_ALLOCATOR_H_
 
@@ -50,15 +59,21 @@ class CpuAllocator final : public Allocator {
   // already reuse them without page faults).
   static constexpr size_t kMinCachedBytes = 4096;
   static constexpr size_t kDefaultCacheLimitBytes = size_t{2048} << 20;
+  // Blocks from this size on are mapped on their own, aligned to it (the
+  // x86-64 huge page).
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-  // cache_limit_bytes = 0: no cache.
-  explicit CpuAllocator(size_t cache_limit_bytes = kDefaultCacheLimitBytes)
-      : cache_limit_(cache_limit_bytes) {}
+  // cache_limit_bytes = 0: no cache. huge_pages: whether large blocks ask
+  // for transparent huge pages (they are mapped on their own either way).
+  explicit CpuAllocator(size_t cache_limit_bytes = kDefaultCacheLimitBytes, bool huge_pages = true)
+      : cache_limit_(cache_limit_bytes), huge_pages_(huge_pages) {}
   ~CpuAllocator() override;
 
   void* Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
   Device device() const override { return Device::CPU(); }
+  // Whether blocks of kHugePageBytes and more ask for transparent huge pages.
+  bool huge_pages() const { return huge_pages_; }
 
   // Bytes currently allocated (requested sizes, not rounded; cached blocks
   // do not count).
@@ -74,7 +89,10 @@ class CpuAllocator final : public Allocator {
   void ReleaseCache();
 
  private:
+  void* MapLarge(size_t rounded) const;
+
   const size_t cache_limit_;
+  const bool huge_pages_;
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
   mutable std::mutex mu_;

@@ -1,8 +1,11 @@
 #include "core/allocator.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -110,6 +113,60 @@ TEST(CpuAllocatorTest, ConcurrentAllocateAndFreeKeepBlocksDistinct) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << t;
   EXPECT_EQ(alloc.CurrentBytes(), 0);
   EXPECT_LE(alloc.CachedBytes(), 1 << 20);
+}
+
+// The VmFlags line of the mapping in /proc/self/smaps that holds `p`, or
+// "" if none does.
+std::string VmFlagsOfMappingAt(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    char dash = 0;
+    if (std::sscanf(line.c_str(), "%llx%c%llx", &lo, &dash, &hi) == 3 && dash == '-') {
+      inside = at >= lo && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+TEST(CpuAllocatorTest, LargeBlocksStartOnHugePagesAndAskForThem) {
+  for (bool huge : {true, false}) {
+    SCOPED_TRACE(huge ? "huge pages on" : "huge pages off");
+    CpuAllocator alloc(CpuAllocator::kDefaultCacheLimitBytes, huge);
+    // Two huge pages and a bit: the tail past the last whole huge page
+    // must be usable too.
+    const size_t bytes = 2 * CpuAllocator::kHugePageBytes + 100;
+    auto* a = static_cast<unsigned char*>(alloc.Allocate(bytes));
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % CpuAllocator::kHugePageBytes, 0u);
+    std::memset(a, 0x5a, bytes);
+    EXPECT_EQ(a[bytes - 1], 0x5a);
+    const std::string flags = VmFlagsOfMappingAt(a);
+    ASSERT_FALSE(flags.empty());
+    // "hg": the kernel's mark for MADV_HUGEPAGE.
+    EXPECT_EQ(flags.find(" hg") != std::string::npos, huge) << flags;
+    EXPECT_EQ(alloc.CurrentBytes(), static_cast<int64_t>(bytes));
+    // Cached and handed out again like any other block.
+    alloc.Deallocate(a, bytes);
+    EXPECT_GT(alloc.CachedBytes(), 0);
+    void* b = alloc.Allocate(bytes);
+    EXPECT_EQ(b, a);
+    alloc.Deallocate(b, bytes);
+    // Past the cache, the mapping goes back to the system.
+    alloc.ReleaseCache();
+    EXPECT_EQ(VmFlagsOfMappingAt(a), "");
+  }
+  // Just below the threshold: a normal malloc block (64-byte aligned).
+  CpuAllocator alloc;
+  void* c = alloc.Allocate(CpuAllocator::kHugePageBytes - 4096);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % CpuAllocator::kAlignment, 0u);
+  alloc.Deallocate(c, CpuAllocator::kHugePageBytes - 4096);
 }
 
 }  // namespace
