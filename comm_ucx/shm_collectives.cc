@@ -201,7 +201,7 @@ bool SmallAllReduce(const CollArgs& a, int n) {
   const Tunables& t = GetTunables();
   // Beyond two ranks, only where the UCX path reduces in the same (tree)
   // order; with two, every order gives the same bits.
-  return bytes <= t.shm_bytes && (n == 2 || bytes <= t.small_bytes || a.count < n);
+  return bytes <= ShmSlotBytes(t, n) && (n == 2 || bytes <= t.small_bytes || a.count < n);
 }
 
 // Two ranks, larger buffers: each rank reads its half of the peer's input

@@ -23,6 +23,12 @@
 //                          segment per collective (default 64 KiB); larger
 //                          all-gathers (from half of it per rank) read
 //                          peers' buffers directly (CMA)
+// TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES
+//                          with two ranks, all-reduces up to this size also
+//                          go through the segment, whose slots grow to it
+//                          (default 1 MiB): copying the input there and
+//                          reducing both costs less than the direct read,
+//                          which pins each of the peer's pages first
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
 // TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
 //                          this large, copying its own block piece by piece
@@ -49,11 +55,16 @@ struct Tunables {
   bool check_lengths;
   bool shm;
   size_t shm_bytes;
+  size_t shm_two_rank_all_reduce_bytes;
   bool cma;
   size_t cma_chunk_bytes;
 };
 
 const Tunables& GetTunables();
+
+// The largest buffer that goes through a `size`-rank segment's slots: the
+// slot size.
+size_t ShmSlotBytes(const Tunables& t, int size);
 
 }  // namespace tpx::ucx
 
