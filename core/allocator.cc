@@ -24,7 +24,9 @@ size_t RoundedSize(size_t bytes) {
 
 // Whether a block of this rounded size is mapped on its own (MapLarge)
 // rather than taken from malloc.
-bool IsLarge(size_t rounded) { return rounded >= CpuAllocator::kHugePageBytes; }
+bool IsLarge(size_t rounded) {
+  return CpuAllocator::kMapsLargeBlocks && rounded >= CpuAllocator::kHugePageBytes;
+}
 
 void FreeBlock(void* ptr, size_t rounded) {
   if (IsLarge(rounded)) {

@@ -62,6 +62,15 @@ class CpuAllocator final : public Allocator {
   // Blocks from this size on are mapped on their own, aligned to it (the
   // x86-64 huge page).
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  // Whether such blocks are mapped on their own: not under AddressSanitizer,
+  // whose checks cover malloc's blocks only.
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kMapsLargeBlocks = false;
+#elif defined(__has_feature)
+  static constexpr bool kMapsLargeBlocks = !__has_feature(address_sanitizer);
+#else
+  static constexpr bool kMapsLargeBlocks = true;
+#endif
 
   // cache_limit_bytes = 0: no cache. huge_pages: whether large blocks ask
   // for transparent huge pages (they are mapped on their own either way).
