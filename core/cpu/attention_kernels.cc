@@ -495,16 +495,23 @@ void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
 }
 
-// The unnormalised half of a softmax row: x[0..len) = exp(scale * x -
-// max(scale * x)) in place and x[len..n) = 0 (the keys after the
-// diagonal), 1 <= len <= n, n a multiple of 16. Whole vectors, the keys
-// from len on masked here (whatever they hold): with the division by the
-// row's sum (SoftmaxChunk), ScaledSoftmax's causal row bit for bit.
+// The unnormalised half of a softmax row, in two steps so that a chunk's
+// rows run each step one after another (SoftmaxChunk): each step is a
+// short chain of dependent operations per row (a reduction tree, a
+// polynomial), and with a row's exponentials waiting on its own maximum,
+// rows of a few vectors left the core idle between chains. Together:
+// x[0..len) = exp(scale * x - max(scale * x)) in place and x[len..n) = 0
+// (the keys after the diagonal), 1 <= len <= n, n a multiple of 16. Whole
+// vectors, the keys from len on masked here (whatever they hold): with the
+// division by the row's sum, ScaledSoftmax's causal row bit for bit.
 // (Storing -inf over them first made the next whole-vector load wait on the
 // narrow stores.) As there, a NaN score makes the row NaN (through the
 // sum), and so does a row of -inf scores (0 / 0). One pointer, so the loops
 // vectorise without an overlap check.
-TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float scale) {
+
+// The maximum of scale * x[0..len), read in whole vectors up to n; 0 when
+// all are -inf (avoiding inf - inf).
+TPX_VECTOR_CLONES float RowMax(const float* x, int64_t len, int64_t n, float scale) {
   // The running maxima are one vector (an array of them stayed in memory,
   // each step waiting on the last one's store).
   using Floats = float __attribute__((vector_size(64)));
@@ -520,8 +527,8 @@ TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float sca
   }
   // NaN never enters m, so the order of the last 16 comparisons only picks
   // between +0 and -0, which Exp(scale * x - mx) does not tell apart: a
-  // tree of four steps (one chain of 15 scalar steps was a tenth of this
-  // function's time).
+  // tree of four steps (one chain of 15 scalar steps was a tenth of the
+  // row's time).
   for (const Ints perm : {Ints{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7},
                           Ints{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
                           Ints{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
@@ -529,8 +536,12 @@ TPX_VECTOR_CLONES void SoftmaxExpRow(float* x, int64_t len, int64_t n, float sca
     const Floats o = __builtin_shuffle(m, perm);
     m = o > m ? o : m;
   }
-  float mx = m[0];
-  if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
+  const float mx = m[0];
+  return std::isinf(mx) && mx < 0 ? 0.0f : mx;
+}
+
+// x[0..len) = Exp(scale * x - mx) in place, x[len..n) = 0.
+TPX_VECTOR_CLONES void ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
   // A masked key is 0, as Exp(-inf - mx) is. 32-bit indices: the key
   // mask is then one compare per vector (n < 2^31: a row of P).
   const int32_t n32 = static_cast<int32_t>(n), len32 = static_cast<int32_t>(len);
@@ -575,9 +586,12 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
   // Each step for all the rows before the next: a row's sum is one chain of
   // dependent additions, and with nothing in between, the chains of
   // consecutive rows overlap.
-  float sum[kRowChunk];
+  float mx[kRowChunk], sum[kRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    SoftmaxExpRow(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
+    mx[i - c0] = RowMax(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
+  }
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    ExpRow(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale, mx[i - c0]);
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     sum[i - c0] = RowSum(s + (i - c0) * tp, RoundUp(i + 1, kLanes));
