@@ -737,8 +737,18 @@ template <typename T>
 void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
             int64_t hn, T* x) {
   const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
+  const int64_t run_bytes = hn * L.d * static_cast<int64_t>(sizeof(T));
   for (int64_t i = 0; i < L.t; ++i) {
     T* row = x + (i * L.b + bi) * width;
+    // As in PackPairs: each time step's runs are on their own page; the
+    // lines written a few steps on are asked for now.
+    if (i + kAheadRows < L.t) {
+      const T* ahead = row + kAheadRows * L.b * width;
+      for (int64_t part = 0; part < parts; ++part) {
+        const char* run = reinterpret_cast<const char*>(ahead + (part * L.heads + h0) * L.d);
+        for (int64_t off = 0; off < run_bytes; off += 64) PrefetchLine(run + off);
+      }
+    }
     for (int64_t part = 0; part < parts; ++part) {
       for (int64_t h = 0; h < hn; ++h) {
         const float* src = packed + (part * hn + h) * td + i * L.d;
