@@ -13,7 +13,11 @@
 // final_loss is the training loss of the last step (the same seed and
 // batches for every dtype and TP size, so runs compare).
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
-// steps, the first included; validation time is excluded. Each rank gets
+// steps, the first included; validation time is excluded.
+// steady_tokens_per_s (tpx, with more than 2 x kSteadyAfter steps) counts
+// only the steps after the first kSteadyAfter, which also pay for first
+// touches of memory (a huge page's first fault can cost milliseconds in a
+// virtual machine) and oneDNN's kernel generation. Each rank gets
 // cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise ("threads").
 // The PyTorch peer runs at every TP size of --tps and the same dtype (bf16:
 // CPU autocast). At TP=1 it runs once per "omp:blas" entry of
@@ -91,6 +95,8 @@ ABSL_FLAG(int, rounds, 1, "Rounds of --wait_policies, the policies alternating (
 namespace tpx::gpt {
 namespace {
 
+// steady_tokens_per_s leaves out this many first steps.
+constexpr int64_t kSteadyAfter = 5;
 // Set for a --wait_policies child: its policy entry and the number of
 // contenders its parent keeps running.
 constexpr char kPolicyEnv[] = "TPX_GPT_BENCH_WAIT_POLICY";
@@ -187,7 +193,9 @@ int MeasureRank(int tp) {
   o.batch = absl::GetFlag(FLAGS_batch);
   o.steps = absl::GetFlag(FLAGS_steps);
   o.warmup_steps = 1;
-  o.log_interval = 0;
+  // One log record at step kSteadyAfter: the start of the steady part.
+  const bool steady = o.steps > 2 * kSteadyAfter;
+  o.log_interval = steady ? kSteadyAfter : 0;
   o.eval_interval = 0;
   o.eval_batches = 1;
   o.sample_tokens = 0;
@@ -198,14 +206,23 @@ int MeasureRank(int tp) {
   }
   if ((*world)->rank() == 0) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
+    double steady_tokens_per_s = -1;
+    for (const StepRecord& rec : r->log) {
+      if (!steady || rec.step != kSteadyAfter) continue;
+      // No evaluation before the last step: the record's time is all training.
+      const double train_s = tokens_per_step * static_cast<double>(o.steps) / r->tokens_per_s;
+      steady_tokens_per_s = tokens_per_step * static_cast<double>(o.steps - kSteadyAfter) /
+                            std::max(train_s - rec.elapsed_s, 1e-9);
+    }
     std::printf(
         "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
-        "\"tokens_per_s\":%.1f,\"step_ms\":%.2f,\"final_loss\":%.5f,\"params\":%lld,"
+        "\"tokens_per_s\":%.1f,\"steady_tokens_per_s\":%.1f,\"step_ms\":%.2f,"
+        "\"final_loss\":%.5f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d,"
         "\"wait_policy\":\"%s\",\"omp_wait\":\"%s\",\"contenders\":%d}\n",
         tp, std::string(DTypeName(o.model.dtype)).c_str(), GemmThreads(), r->tokens_per_s,
-        1000.0 * tokens_per_step / r->tokens_per_s, r->losses.empty() ? -1.0 : r->losses.back(),
+        steady_tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s, r->losses.empty() ? -1.0 : r->losses.back(),
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
