@@ -42,7 +42,7 @@ const Tunables& GetTunables() {
     t.shm = EnvInt("TPX_UCX_SHM", 1) != 0;
     t.shm_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SHM_BYTES", 64 << 10));
     t.shm_two_rank_all_reduce_bytes =
-        static_cast<size_t>(EnvInt("TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES", 1 << 20));
+        static_cast<size_t>(EnvInt("TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES", 256 << 10));
     t.cma = EnvInt("TPX_UCX_CMA", 1) != 0;
     t.cma_chunk_bytes = static_cast<size_t>(
         AtLeast("TPX_UCX_CMA_CHUNK_BYTES", EnvInt("TPX_UCX_CMA_CHUNK_BYTES", 1 << 20), 64));

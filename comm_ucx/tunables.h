@@ -26,9 +26,11 @@
 // TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES
 //                          with two ranks, all-reduces up to this size also
 //                          go through the segment, whose slots grow to it
-//                          (default 1 MiB): copying the input there and
+//                          (default 256 KiB): copying the input there and
 //                          reducing both costs less than the direct read,
-//                          which pins each of the peer's pages first
+//                          which pins the peer's pages first (one per 4 KiB;
+//                          from 256 KiB, tensors from tpx's CPU allocator
+//                          are on huge pages, one per 2 MiB)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
 // TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
 //                          this large, copying its own block piece by piece

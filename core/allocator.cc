@@ -1,7 +1,5 @@
 #include "core/allocator.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -22,18 +20,10 @@ size_t RoundedSize(size_t bytes) {
   return rounded == 0 ? CpuAllocator::kAlignment : rounded;
 }
 
-// Whether a block of this rounded size is mapped on its own (MapLarge)
-// rather than taken from malloc.
+// Whether a block of this rounded size is mapped on its own
+// (MapHugePageAligned).
 bool IsLarge(size_t rounded) {
   return CpuAllocator::kMapsLargeBlocks && rounded >= CpuAllocator::kHugePageBytes;
-}
-
-void FreeBlock(void* ptr, size_t rounded) {
-  if (IsLarge(rounded)) {
-    munmap(ptr, rounded);
-  } else {
-    std::free(ptr);
-  }
 }
 
 bool HugePagesFromEnv() {
@@ -56,22 +46,19 @@ size_t CacheLimitFromEnv() {
 
 CpuAllocator::~CpuAllocator() { ReleaseCache(); }
 
-void* CpuAllocator::MapLarge(size_t rounded) const {
-  // Over-map by one huge page less a page, then cut the ends so the block
-  // starts on a huge-page boundary; `rounded` is whole pages, so the cut
-  // ends are too.
-  const size_t span = rounded + kHugePageBytes - kMinCachedBytes;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  if (aligned > start) munmap(raw, aligned - start);
-  const uintptr_t end = aligned + rounded;
-  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
-  void* block = reinterpret_cast<void*>(aligned);
-  // Advice only: without THP (or with it off) the block keeps normal pages.
-  if (huge_pages_) madvise(block, rounded, MADV_HUGEPAGE);
-  return block;
+bool CpuAllocator::FromSlabs(size_t rounded) const {
+  return kMapsLargeBlocks && huge_pages_ && HugePageSlabs::Fits(rounded);
+}
+
+void CpuAllocator::Release(void* ptr, size_t rounded) {
+  if (IsLarge(rounded)) {
+    UnmapBlock(ptr, rounded);
+  } else if (FromSlabs(rounded)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slabs_.Give(ptr);
+  } else {
+    std::free(ptr);
+  }
 }
 
 void* CpuAllocator::Allocate(size_t bytes) {
@@ -86,8 +73,16 @@ void* CpuAllocator::Allocate(size_t bytes) {
       cached_bytes_ -= rounded;
     }
   }
-  if (ptr == nullptr)
-    ptr = IsLarge(rounded) ? MapLarge(rounded) : std::aligned_alloc(kAlignment, rounded);
+  if (ptr == nullptr) {
+    if (IsLarge(rounded)) {
+      ptr = MapHugePageAligned(rounded, huge_pages_);
+    } else if (FromSlabs(rounded)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ptr = slabs_.Take(rounded);
+    } else {
+      ptr = std::aligned_alloc(kAlignment, rounded);
+    }
+  }
   if (ptr == nullptr) return nullptr;
   int64_t now = current_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed) +
                 static_cast<int64_t>(bytes);
@@ -109,7 +104,7 @@ void CpuAllocator::Deallocate(void* ptr, size_t bytes) {
       return;
     }
   }
-  FreeBlock(ptr, rounded);
+  Release(ptr, rounded);
 }
 
 void CpuAllocator::ResetPeak() { peak_.store(CurrentBytes(), std::memory_order_relaxed); }
@@ -127,7 +122,7 @@ void CpuAllocator::ReleaseCache() {
     cached_bytes_ = 0;
   }
   for (auto& [size, list] : blocks) {
-    for (void* p : list) FreeBlock(p, size);
+    for (void* p : list) Release(p, size);
   }
 }
 

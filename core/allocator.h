@@ -18,14 +18,16 @@
 //
 // Blocks of 2 MiB and more are mapped on their own at a 2 MiB boundary and
 // marked for transparent huge pages (where the kernel offers them, also in
-// its "madvise" mode): one page-table entry and one fault per 2 MiB instead
-// of 512, fewer TLB misses in the kernels that stream them, and a peer that
-// reads such a tensor with process_vm_readv (the UCX plugin's single-copy
-// path) pins one page instead of 512.
+// its "madvise" mode), and blocks of 256 KiB to 2 MiB whose size fills a
+// huge page well share huge pages (core/huge_pages.h): one page-table entry
+// and one fault per 2 MiB instead of 512, fewer TLB misses in the kernels
+// that stream them, and a peer that reads such a tensor with
+// process_vm_readv (the UCX plugin's single-copy path) pins one page
+// instead of 512.
 //
 // Environment of the process-wide allocator: TPX_CPU_ALLOCATOR_CACHE=0
 // turns the cache off; TPX_CPU_ALLOCATOR_CACHE_MB sets the bound (default
-// 2048); TPX_CPU_ALLOCATOR_HUGE_PAGES=0 leaves large blocks on normal pages.
+// 2048); TPX_CPU_ALLOCATOR_HUGE_PAGES=0 leaves all blocks on normal pages.
 #ifndef TPX_CORE_ALLOCATOR_H_
 #define TPX_CORE_ALLOCATOR_H_
 
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/huge_pages.h"
 
 namespace tpx {
 
@@ -61,7 +64,7 @@ class CpuAllocator final : public Allocator {
   static constexpr size_t kDefaultCacheLimitBytes = size_t{2048} << 20;
   // Blocks from this size on are mapped on their own, aligned to it (the
   // x86-64 huge page).
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  static constexpr size_t kHugePageBytes = tpx::kHugePageBytes;
   // Whether such blocks are mapped on their own: not under AddressSanitizer,
   // whose checks cover malloc's blocks only.
 #if defined(__SANITIZE_ADDRESS__)
@@ -72,8 +75,9 @@ class CpuAllocator final : public Allocator {
   static constexpr bool kMapsLargeBlocks = true;
 #endif
 
-  // cache_limit_bytes = 0: no cache. huge_pages: whether large blocks ask
-  // for transparent huge pages (they are mapped on their own either way).
+  // cache_limit_bytes = 0: no cache. huge_pages: whether blocks of
+  // kHugePageBytes and more ask for transparent huge pages (they are mapped
+  // on their own either way) and smaller ones share them (HugePageSlabs).
   explicit CpuAllocator(size_t cache_limit_bytes = kDefaultCacheLimitBytes, bool huge_pages = true)
       : cache_limit_(cache_limit_bytes), huge_pages_(huge_pages) {}
   ~CpuAllocator() override;
@@ -81,7 +85,7 @@ class CpuAllocator final : public Allocator {
   void* Allocate(size_t bytes) override;
   void Deallocate(void* ptr, size_t bytes) override;
   Device device() const override { return Device::CPU(); }
-  // Whether blocks of kHugePageBytes and more ask for transparent huge pages.
+  // Whether blocks ask for transparent huge pages (see the constructor).
   bool huge_pages() const { return huge_pages_; }
 
   // Bytes currently allocated (requested sizes, not rounded; cached blocks
@@ -98,7 +102,10 @@ class CpuAllocator final : public Allocator {
   void ReleaseCache();
 
  private:
-  void* MapLarge(size_t rounded) const;
+  // Whether blocks of this rounded size come from slabs_.
+  bool FromSlabs(size_t rounded) const;
+  // Returns a block that is not kept in the cache to where it came from.
+  void Release(void* ptr, size_t rounded);
 
   const size_t cache_limit_;
   const bool huge_pages_;
@@ -107,6 +114,7 @@ class CpuAllocator final : public Allocator {
   mutable std::mutex mu_;
   std::unordered_map<size_t, std::vector<void*>> free_blocks_;  // by rounded size
   size_t cached_bytes_ = 0;
+  HugePageSlabs slabs_;  // under mu_
 };
 
 // The process-wide CPU allocator used by all CPU tensors (cache settings

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "gtest/gtest.h"
 
 namespace tpx {
@@ -168,6 +169,79 @@ TEST(CpuAllocatorTest, LargeBlocksStartOnHugePagesAndAskForThem) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(c) % CpuAllocator::kAlignment, 0u);
   alloc.Deallocate(c, CpuAllocator::kHugePageBytes - 4096);
+}
+
+TEST(CpuAllocatorTest, MidSizedBlocksShareHugePagesWhenAsked) {
+  if (!CpuAllocator::kMapsLargeBlocks) GTEST_SKIP() << "blocks come from malloc here";
+  for (bool huge : {true, false}) {
+    SCOPED_TRACE(huge ? "huge pages on" : "huge pages off");
+    CpuAllocator alloc(/*cache_limit_bytes=*/0, huge);
+    const size_t bytes = 512 << 10;
+    void* a = alloc.Allocate(bytes);
+    void* b = alloc.Allocate(bytes);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    const std::string flags = VmFlagsOfMappingAt(a);
+    EXPECT_EQ(flags.find(" hg") != std::string::npos, huge) << flags;
+    // On: two quarters of one huge page.
+    const auto slab = [](void* p) { return reinterpret_cast<uintptr_t>(p) / kHugePageBytes; };
+    if (huge) {
+      EXPECT_EQ(slab(a), slab(b));
+    }
+    alloc.Deallocate(a, bytes);
+    alloc.Deallocate(b, bytes);
+    EXPECT_EQ(alloc.CurrentBytes(), 0);
+  }
+}
+
+TEST(HugePageSlabsTest, FitsSizesThatFillAHugePage) {
+  EXPECT_FALSE(HugePageSlabs::Fits(252 << 10));
+  EXPECT_TRUE(HugePageSlabs::Fits(256 << 10));
+  EXPECT_TRUE(HugePageSlabs::Fits(512 << 10));
+  EXPECT_TRUE(HugePageSlabs::Fits(1 << 20));
+  EXPECT_FALSE(HugePageSlabs::Fits((1 << 20) + 4096));  // a 2 MiB slab for 1 MiB + 4 KiB
+  EXPECT_FALSE(HugePageSlabs::Fits(700 << 10));         // two, 648 KiB unused
+  EXPECT_TRUE(HugePageSlabs::Fits(1792 << 10));         // one, an eighth unused
+  EXPECT_FALSE(HugePageSlabs::Fits(kHugePageBytes));
+}
+
+TEST(HugePageSlabsTest, CarvesSlabsAndUnmapsThemWhenAllBlocksAreBack) {
+  HugePageSlabs slabs;
+  const size_t bytes = 512 << 10;
+  std::vector<unsigned char*> blocks;
+  for (int i = 0; i < 5; ++i) {
+    blocks.push_back(static_cast<unsigned char*>(slabs.Take(bytes)));
+    ASSERT_NE(blocks.back(), nullptr);
+  }
+  // Four to a slab, on a huge-page boundary; the fifth opens a second slab.
+  EXPECT_EQ(slabs.slabs(), 2u);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(blocks[0]) & ~(kHugePageBytes - 1);
+  std::set<uintptr_t> offsets;
+  for (int i = 0; i < 4; ++i) {
+    const auto at = reinterpret_cast<uintptr_t>(blocks[i]);
+    EXPECT_EQ(at & ~(kHugePageBytes - 1), base) << i;
+    offsets.insert(at - base);
+  }
+  EXPECT_EQ(offsets.size(), 4u);
+  EXPECT_NE(VmFlagsOfMappingAt(blocks[0]).find(" hg"), std::string::npos);
+  // Blocks do not overlap: each keeps its own pattern.
+  for (int i = 0; i < 5; ++i) std::memset(blocks[i], i + 1, bytes);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(blocks[i][0], i + 1);
+    EXPECT_EQ(blocks[i][bytes - 1], i + 1);
+  }
+  // A block given back is taken again before a new slab opens.
+  slabs.Give(blocks[2]);
+  EXPECT_EQ(slabs.Take(bytes), blocks[2]);
+  for (unsigned char* p : blocks) slabs.Give(p);
+  EXPECT_EQ(slabs.slabs(), 0u);
+  EXPECT_EQ(VmFlagsOfMappingAt(blocks[0]), "");
+  // One block to a slab at the largest sizes.
+  void* big = slabs.Take(1792 << 10);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(slabs.slabs(), 1u);
+  slabs.Give(big);
+  EXPECT_EQ(slabs.slabs(), 0u);
 }
 
 }  // namespace
