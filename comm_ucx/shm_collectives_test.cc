@@ -31,9 +31,6 @@ namespace {
 
 // Small enough that a few KiB already take the direct-read path.
 constexpr int64_t kShmBytes = 4096;
-// Two-rank all-reduces up to this go through the segment too: sizes
-// between kShmBytes and it take that path, larger ones the direct reads.
-constexpr int64_t kTwoRankAllReduceBytes = 2 * kShmBytes;
 // Direct reads in pieces of this many bytes: blocks of a few KiB take
 // several, the last one short.
 constexpr int64_t kCmaChunkBytes = 3000;
@@ -41,8 +38,6 @@ constexpr int64_t kCmaChunkBytes = 3000;
 RunOptions ShmOptions() {
   RunOptions options;
   options.env.push_back({"TPX_UCX_SHM_BYTES", std::to_string(kShmBytes)});
-  options.env.push_back(
-      {"TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES", std::to_string(kTwoRankAllReduceBytes)});
   options.env.push_back({"TPX_UCX_CMA_CHUNK_BYTES", std::to_string(kCmaChunkBytes)});
   return options;
 }
@@ -89,8 +84,7 @@ std::string Fail(const std::string& what, int64_t i, double got, double want) {
 }
 
 // Element counts whose byte sizes straddle the thresholds (kShmBytes per
-// rank; with two ranks, kTwoRankAllReduceBytes for all-reduces, the
-// segment's slot) for `dtype`, plus empty and odd ones.
+// rank, the segment's slot) for `dtype`, plus empty and odd ones.
 std::vector<int64_t> CountsAround(tpx_dtype_t t, int world) {
   const int64_t per = kShmBytes / SizeOfDtype(t);
   return {1, 7, per - 1, per, per + 1, per * world - 1, per * world + 3, 3 * per + 5};
@@ -160,7 +154,10 @@ std::string AllGatherCases(RankEnv& env) {
   for (tpx_dtype_t t : kDtypes) {
     const size_t esz = SizeOfDtype(t);
     const int64_t per = kShmBytes / esz;
-    for (int64_t unit : {int64_t{1}, per / 2 - 4, per / 2 + 1, per - 4, per, per + 1, 5 * per}) {
+    // Around a quarter of the slot (direct reads above it where the ranks
+    // can), half of it, and all of it.
+    for (int64_t unit : {int64_t{1}, per / 4 - 4, per / 4 + 1, per / 2 - 4, per / 2 + 1, per - 4,
+                         per, per + 1, 5 * per}) {
       for (bool uneven : {false, true}) {
         for (bool in_place : {false, true}) {
           std::vector<int64_t> counts =
@@ -484,8 +481,7 @@ TEST(ShmFailure, PeerKilledMidCollectiveIsAnError) {
 }
 
 TEST(ShmFailure, PeerKilledInTwoRankAllReduceIsAnError) {
-  // Through the slots (the last of them above kShmBytes), then direct reads.
-  for (int64_t count : {int64_t{64}, kTwoRankAllReduceBytes / 4, 64 * kShmBytes}) {
+  for (int64_t count : {int64_t{64}, 64 * kShmBytes}) {
     RunOptions options = ShmOptions();
     options.comm_timeout_ms = 60000;
     options.may_die = {1};

@@ -94,7 +94,7 @@ Status SharedSegment::Create(const tpx_comm_config_v1_t& config, const std::vect
   std::unique_ptr<SharedSegment> seg(new SharedSegment());
   seg->rank_ = r;
   seg->size_ = n;
-  seg->slot_bytes_ = RoundUp(std::max<size_t>(ShmSlotBytes(t, n), 4096), 4096);
+  seg->slot_bytes_ = RoundUp(std::max<size_t>(t.shm_bytes, 4096), 4096);
   seg->pids_ = pids;
   size_t controls_at = 0, data_at = 0;
   seg->map_bytes_ = Layout(n, seg->slot_bytes_, &controls_at, &data_at);

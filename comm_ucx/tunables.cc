@@ -1,6 +1,5 @@
 #include "comm_ucx/tunables.h"
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "comm/plugin_log.h"
@@ -41,18 +40,12 @@ const Tunables& GetTunables() {
     t.check_lengths = EnvInt("TPX_UCX_CHECK_LENGTHS", 1) != 0;
     t.shm = EnvInt("TPX_UCX_SHM", 1) != 0;
     t.shm_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SHM_BYTES", 64 << 10));
-    t.shm_two_rank_all_reduce_bytes =
-        static_cast<size_t>(EnvInt("TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES", 256 << 10));
     t.cma = EnvInt("TPX_UCX_CMA", 1) != 0;
     t.cma_chunk_bytes = static_cast<size_t>(
         AtLeast("TPX_UCX_CMA_CHUNK_BYTES", EnvInt("TPX_UCX_CMA_CHUNK_BYTES", 1 << 20), 64));
     return t;
   }();
   return tunables;
-}
-
-size_t ShmSlotBytes(const Tunables& t, int size) {
-  return size == 2 ? std::max(t.shm_bytes, t.shm_two_rank_all_reduce_bytes) : t.shm_bytes;
 }
 
 }  // namespace tpx::ucx

@@ -21,16 +21,8 @@
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
 //                          segment per collective (default 64 KiB); larger
-//                          all-gathers (from half of it per rank) read
+//                          all-gathers (from a quarter of it per rank) read
 //                          peers' buffers directly (CMA)
-// TPX_UCX_SHM_TWO_RANK_ALL_REDUCE_BYTES
-//                          with two ranks, all-reduces up to this size also
-//                          go through the segment, whose slots grow to it
-//                          (default 256 KiB): copying the input there and
-//                          reducing both costs less than the direct read,
-//                          which pins the peer's pages first (one per 4 KiB;
-//                          from 256 KiB, tensors from tpx's CPU allocator
-//                          are on huge pages, one per 2 MiB)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
 // TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
 //                          this large, copying its own block piece by piece
@@ -57,16 +49,11 @@ struct Tunables {
   bool check_lengths;
   bool shm;
   size_t shm_bytes;
-  size_t shm_two_rank_all_reduce_bytes;
   bool cma;
   size_t cma_chunk_bytes;
 };
 
 const Tunables& GetTunables();
-
-// The largest buffer that goes through a `size`-rank segment's slots: the
-// slot size.
-size_t ShmSlotBytes(const Tunables& t, int size);
 
 }  // namespace tpx::ucx
 

@@ -18,7 +18,7 @@
 //
 // Blocks of 2 MiB and more are mapped on their own at a 2 MiB boundary and
 // marked for transparent huge pages (where the kernel offers them, also in
-// its "madvise" mode), and blocks of 256 KiB to 2 MiB whose size fills a
+// its "madvise" mode), and blocks of 128 KiB to 2 MiB whose size fills a
 // huge page well share huge pages (core/huge_pages.h): one page-table entry
 // and one fault per 2 MiB instead of 512, fewer TLB misses in the kernels
 // that stream them, and a peer that reads such a tensor with

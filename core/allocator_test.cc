@@ -195,8 +195,9 @@ TEST(CpuAllocatorTest, MidSizedBlocksShareHugePagesWhenAsked) {
 }
 
 TEST(HugePageSlabsTest, FitsSizesThatFillAHugePage) {
-  EXPECT_FALSE(HugePageSlabs::Fits(252 << 10));
-  EXPECT_TRUE(HugePageSlabs::Fits(256 << 10));
+  EXPECT_FALSE(HugePageSlabs::Fits(124 << 10));
+  EXPECT_TRUE(HugePageSlabs::Fits(128 << 10));  // sixteen to a slab
+  EXPECT_TRUE(HugePageSlabs::Fits(132 << 10));  // fifteen, 68 KiB unused
   EXPECT_TRUE(HugePageSlabs::Fits(512 << 10));
   EXPECT_TRUE(HugePageSlabs::Fits(1 << 20));
   EXPECT_FALSE(HugePageSlabs::Fits((1 << 20) + 4096));  // a 2 MiB slab for 1 MiB + 4 KiB
@@ -236,6 +237,13 @@ TEST(HugePageSlabsTest, CarvesSlabsAndUnmapsThemWhenAllBlocksAreBack) {
   for (unsigned char* p : blocks) slabs.Give(p);
   EXPECT_EQ(slabs.slabs(), 0u);
   EXPECT_EQ(VmFlagsOfMappingAt(blocks[0]), "");
+  // Sixteen to a slab at the smallest size.
+  std::vector<void*> small;
+  for (int i = 0; i < 17; ++i) small.push_back(slabs.Take(HugePageSlabs::kMinBlockBytes));
+  EXPECT_EQ(std::set<void*>(small.begin(), small.end()).size(), 17u);
+  EXPECT_EQ(slabs.slabs(), 2u);
+  for (void* p : small) slabs.Give(p);
+  EXPECT_EQ(slabs.slabs(), 0u);
   // One block to a slab at the largest sizes.
   void* big = slabs.Take(1792 << 10);
   ASSERT_NE(big, nullptr);

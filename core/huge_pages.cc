@@ -40,7 +40,7 @@ void* HugePageSlabs::Take(size_t bytes) {
   if (room.empty()) {
     void* mapped = MapHugePageAligned(kHugePageBytes, /*advise=*/true);
     if (mapped == nullptr) return nullptr;
-    const auto blocks = static_cast<uint32_t>(kHugePageBytes / bytes);  // 1 to 8
+    const auto blocks = static_cast<uint32_t>(kHugePageBytes / bytes);  // 1 to 16
     const uint32_t all = (uint32_t{1} << blocks) - 1;
     const auto base = reinterpret_cast<uintptr_t>(mapped);
     slabs_[base] = Slab{bytes, all, all};

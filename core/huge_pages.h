@@ -5,7 +5,7 @@
 // 2 MiB instead of 512, which took longer than the copy itself.
 //
 // Large blocks get a mapping of their own (MapHugePageAligned). Blocks of
-// 256 KiB to 2 MiB share one: HugePageSlabs carves a 2 MiB slab into blocks
+// 128 KiB to 2 MiB share one: HugePageSlabs carves a 2 MiB slab into blocks
 // of one size, for the sizes that fill a slab to within an eighth (a
 // 1.1 MiB block would leave 0.9 MiB of its huge page unused).
 //
@@ -35,7 +35,7 @@ void UnmapBlock(void* block, size_t bytes);
 // one size. Not thread-safe (the allocator calls it under its lock).
 class HugePageSlabs {
  public:
-  static constexpr size_t kMinBlockBytes = size_t{256} << 10;
+  static constexpr size_t kMinBlockBytes = size_t{128} << 10;
 
   // Whether blocks of `bytes` (whole 4 KiB pages) come from slabs: from
   // kMinBlockBytes to below kHugePageBytes, where the blocks fill a slab to
@@ -61,7 +61,7 @@ class HugePageSlabs {
  private:
   struct Slab {
     size_t block_bytes;
-    uint32_t free_mask;  // bit i: block i is free
+    uint32_t free_mask;  // bit i: block i (of at most 16) is free
     uint32_t all_mask;   // the bits of all its blocks
   };
   std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
