@@ -24,10 +24,11 @@
 // bench/peers/emulated_host_rsh.sh.
 //
 // Buffers: tpx's ranks take theirs from tpx's CPU allocator, the memory
-// CPU tensors live in (blocks of 2 MiB and more on transparent huge pages;
-// TPX_CPU_ALLOCATOR_HUGE_PAGES=0 turns that off), for each (op, size) of
-// exactly the sizes the op reads and writes, as a program's tensors would
-// be: a small collective gets no huge pages from a large neighbour. The
+// CPU tensors live in (from 128 KiB mostly on transparent huge pages,
+// core/huge_pages.h; TPX_CPU_ALLOCATOR_HUGE_PAGES=0 turns that off), for
+// each (op, size) of exactly the sizes the op reads and writes, as a
+// program's tensors would be: a small collective gets no huge pages from a
+// large neighbour. The
 // Open MPI peer runs every size in one malloc'd send and receive buffer of
 // the largest size (--openmpi_huge_pages: mapped as tpx's allocator maps
 // large blocks, to show what huge pages alone give it). The "huge_pages"

@@ -222,7 +222,8 @@ int MeasureRank(int tp) {
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d,"
         "\"wait_policy\":\"%s\",\"omp_wait\":\"%s\",\"contenders\":%d}\n",
         tp, std::string(DTypeName(o.model.dtype)).c_str(), GemmThreads(), r->tokens_per_s,
-        steady_tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s, r->losses.empty() ? -1.0 : r->losses.back(),
+        steady_tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
+        r->losses.empty() ? -1.0 : r->losses.back(),
         static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
         static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
         static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),

@@ -65,8 +65,9 @@ class CpuAllocator final : public Allocator {
   // Blocks from this size on are mapped on their own, aligned to it (the
   // x86-64 huge page).
   static constexpr size_t kHugePageBytes = tpx::kHugePageBytes;
-  // Whether such blocks are mapped on their own: not under AddressSanitizer,
-  // whose checks cover malloc's blocks only.
+  // Whether blocks ever leave malloc (large ones mapped on their own,
+  // mid-sized ones from HugePageSlabs): not under AddressSanitizer, whose
+  // checks cover malloc's blocks only.
 #if defined(__SANITIZE_ADDRESS__)
   static constexpr bool kMapsLargeBlocks = false;
 #elif defined(__has_feature)

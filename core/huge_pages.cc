@@ -35,15 +35,18 @@ bool HugePageSlabs::Fits(size_t bytes) {
          kHugePageBytes % bytes <= kHugePageBytes / 8;
 }
 
+uint32_t HugePageSlabs::AllFree(size_t bytes) {
+  const auto blocks = static_cast<uint32_t>(kHugePageBytes / bytes);  // 1 to 16
+  return (uint32_t{1} << blocks) - 1;
+}
+
 void* HugePageSlabs::Take(size_t bytes) {
   std::vector<uintptr_t>& room = with_room_[bytes];
   if (room.empty()) {
     void* mapped = MapHugePageAligned(kHugePageBytes, /*advise=*/true);
     if (mapped == nullptr) return nullptr;
-    const auto blocks = static_cast<uint32_t>(kHugePageBytes / bytes);  // 1 to 16
-    const uint32_t all = (uint32_t{1} << blocks) - 1;
     const auto base = reinterpret_cast<uintptr_t>(mapped);
-    slabs_[base] = Slab{bytes, all, all};
+    slabs_[base] = Slab{bytes, AllFree(bytes)};
     room.push_back(base);
   }
   const uintptr_t base = room.back();
@@ -63,7 +66,7 @@ void HugePageSlabs::Give(void* block) {
   std::vector<uintptr_t>& room = with_room_[slab.block_bytes];
   if (slab.free_mask == 0) room.push_back(base);  // had no room until now
   slab.free_mask |= uint32_t{1} << ((at - base) / slab.block_bytes);
-  if (slab.free_mask != slab.all_mask) return;
+  if (slab.free_mask != AllFree(slab.block_bytes)) return;
   room.erase(std::find(room.begin(), room.end(), base));
   slabs_.erase(it);
   UnmapBlock(reinterpret_cast<void*>(base), kHugePageBytes);

@@ -62,8 +62,9 @@ class HugePageSlabs {
   struct Slab {
     size_t block_bytes;
     uint32_t free_mask;  // bit i: block i (of at most 16) is free
-    uint32_t all_mask;   // the bits of all its blocks
   };
+  // The free_mask of a slab of blocks of `bytes` with all of them free.
+  static uint32_t AllFree(size_t bytes);
   std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
   // By block size: the slabs with a free block.
   std::unordered_map<size_t, std::vector<uintptr_t>> with_room_;
