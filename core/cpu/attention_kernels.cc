@@ -20,10 +20,13 @@
 // (other CPUs, or TPX_ATTENTION_ISA=baseline).
 //
 // bf16 on a CPU with AVX-512 BF16 takes a second form: operands stay bf16,
-// packed as pairs consecutive along the reduction index (one 32-bit word, as
-// vdpbf16ps multiplies them), P and dS are rounded to bf16 for the products
-// that consume them (as the composed bf16 ops do), and the tile accumulates
-// in f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
+// as pairs consecutive along the reduction index (one 32-bit word, as
+// vdpbf16ps multiplies them). With an even head_dim a head's row of qkv is
+// whole pairs already, so q, k and v are read in place like f32's (an odd
+// head_dim is packed first); the results are rounded into ctx or dqkv as
+// the tile stores them. P and dS are rounded to bf16 for the products that
+// consume them (as the composed bf16 ops do), and the tile accumulates in
+// f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
 // widened to f32 on packing and runs the f32 form.
 //
 // The blocking depends only on t and head_dim, so results do not depend on
@@ -50,6 +53,9 @@
 
 namespace tpx::cpu {
 namespace {
+
+// The pair form's functions (ActiveIsa checks the CPU for all of these).
+#define TPX_PAIR_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 
 constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
@@ -95,9 +101,12 @@ using Pair = uint32_t;
 
 // As TileFn on pairs: op(A)'s pair (r, pp) is a[r * ars + pp * aps], B's
 // pair row pp (reduction indices 2pp, 2pp + 1 of every column) is b[pp *
-// ldb + j], and kp counts pairs.
-using PairTileFn = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
-                            int64_t aps, const Pair* b, int64_t ldb, float* c, int64_t ldc);
+// ldb + j], and kp counts pairs. C is f32, or bf16 (rounded results).
+template <typename C>
+using PairTileOf = void (*)(int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars,
+                            int64_t aps, const Pair* b, int64_t ldb, C* c, int64_t ldc);
+using PairTileFn = PairTileOf<float>;
+using PairTileBf16Fn = PairTileOf<BF16>;
 
 // xt[d, tp] = x[t, d]^T for 32-bit elements (floats, or pairs of bf16),
 // x's rows ldx apart; zero in columns [t, tp), tp a multiple of 16.
@@ -109,6 +118,7 @@ struct Isa {
   int (*rows_per_tile)(int64_t vectors);
   TransposeFn transpose;
   PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
+  PairTileBf16Fn pair_tile_bf16 = nullptr;
 };
 
 // ---- AVX-512 ----
@@ -138,6 +148,32 @@ __attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR]
       } else {
         _mm512_mask_storeu_ps(dst, last, acc[r][v]);
       }
+    }
+  }
+}
+
+// As StoreTile, rounding to bf16 on the way (the pair form's results go
+// straight into the bf16 tensor): vcvtneps2bf16 as FloatToBF16Array rounds,
+// and as there, a vector holding a subnormal, which that instruction
+// flushes, takes the scalar formula. Same bits as rounding the f32 tile.
+template <int MR, int NV>
+TPX_PAIR_TARGET inline void StoreTile(
+    const __m512 (&acc)[MR][NV], BF16* c, int64_t ldc, __mmask16 last) {
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      BF16* dst = c + r * ldc + kLanes * v;
+      const __mmask16 mask = v < NV - 1 ? static_cast<__mmask16>(0xffff) : last;
+      if (_mm512_mask_fpclass_ps_mask(mask, acc[r][v], 0x20) != 0) {  // 0x20: subnormal
+        alignas(64) float lanes[kLanes];
+        _mm512_store_ps(lanes, acc[r][v]);
+        for (int j = 0; j < kLanes; ++j) {
+          if ((mask >> j) & 1) dst[j].bits = FloatToBF16(lanes[j]);
+        }
+        continue;
+      }
+      _mm256_mask_storeu_epi16(dst, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][v])));
     }
   }
 }
@@ -278,6 +314,13 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
   float* xt = static_cast<float*>(xtv);
   for (int64_t i0 = 0; i0 < tp; i0 += kLanes) {
     const int64_t rows = std::min(kLanes, t - i0);
+    // Rows far apart (in place in qkv) are each on a page of their own:
+    // the next group's rows are asked for while this one is transposed.
+    if (ldx >= kFarStride) {
+      for (int64_t i = i0 + kLanes; i < std::min(t, i0 + 2 * kLanes); ++i) {
+        for (int64_t j = 0; j < d; j += kLanes) PrefetchLine(x + i * ldx + j);
+      }
+    }
     for (int64_t j0 = 0; j0 < d; j0 += kLanes) {
       const int64_t cols = std::min(kLanes, d - j0);
       const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
@@ -301,9 +344,9 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
 // register budget as the f32 tile, so the same rows per tile.
 
 // As the f32 tile: A from one pointer per four rows, B unmasked when whole.
-template <int MR, int NV, bool kWhole>
-__attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
-    int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, float* c,
+template <int MR, int NV, bool kWhole, typename C>
+TPX_PAIR_TARGET inline void Avx512Bf16Tile(
+    int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b, int64_t ldb, C* c,
     int64_t ldc, __mmask16 last) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
@@ -335,10 +378,10 @@ __attribute__((target("avx512f,avx512bf16"))) inline void Avx512Bf16Tile(
   StoreTile<MR, NV>(acc, c, ldc, kWhole ? static_cast<__mmask16>(0xffff) : last);
 }
 
-template <int NV, int R, bool kWhole>
-__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
+template <int NV, int R, bool kWhole, typename C>
+TPX_PAIR_TARGET void Avx512Bf16Rows(
     int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
-    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+    int64_t ldb, C* c, int64_t ldc, __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
       Avx512Bf16Tile<R, NV, kWhole>(kp, a, ars, aps, b, ldb, c, ldc, last);
@@ -348,10 +391,10 @@ __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16Rows(
   }
 }
 
-template <int NV>
-__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16RowsOf(
+template <int NV, typename C>
+TPX_PAIR_TARGET void Avx512Bf16RowsOf(
     int64_t rows, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
-    int64_t ldb, float* c, int64_t ldc, __mmask16 last) {
+    int64_t ldb, C* c, int64_t ldc, __mmask16 last) {
   if (last == 0xffff) {
     Avx512Bf16Rows<NV, Avx512RowsFor(NV), true>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
   } else {
@@ -359,9 +402,10 @@ __attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16RowsOf(
   }
 }
 
-__attribute__((target("avx512f,avx512bf16"))) void Avx512Bf16TileAny(
+template <typename C>
+TPX_PAIR_TARGET void Avx512Bf16TileAny(
     int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
-    int64_t ldb, float* c, int64_t ldc) {
+    int64_t ldb, C* c, int64_t ldc) {
   const int64_t nv = (w + kLanes - 1) / kLanes;
   const int64_t tail = w - (nv - 1) * kLanes;
   const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
@@ -421,8 +465,11 @@ const Isa& ActiveIsa() {
     const char* env = std::getenv("TPX_ATTENTION_ISA");
     const std::string_view forced = env != nullptr ? env : "";
     if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
-      if (forced != "avx512" && __builtin_cpu_supports("avx512bf16")) {
-        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512Bf16TileAny};
+      if (forced != "avx512" && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+          __builtin_cpu_supports("avx512bf16")) {
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose,
+                   &Avx512Bf16TileAny<float>, &Avx512Bf16TileAny<BF16>};
       }
       return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose};
     }
@@ -437,15 +484,15 @@ const Isa& ActiveIsa() {
 // have those columns: n a multiple of 16 there). W is float, or Pair: then
 // k counts bf16 elements (even), strides count pairs, and a band edge is
 // widened to whole pairs (op(A) must hold zeros there, as it does outside
-// the band).
-template <typename W>
+// the band). C is f32, or bf16 for the pair form's results.
+template <typename W, typename C = float>
 struct ProductOf {
   int64_t m, n, k;
   const W* a;
   int64_t ars, aps;
   const W* b;
   int64_t ldb;
-  float* c;
+  C* c;
   int64_t ldc;
   Band band = Band::kAll;
   bool causal_cols = false;
@@ -455,9 +502,11 @@ struct ProductOf {
 };
 using Product = ProductOf<float>;
 using PairProduct = ProductOf<Pair>;
+// A pair product whose results are rounded into a bf16 tensor.
+using PairToBf16Product = ProductOf<Pair, BF16>;
 
-template <typename W, typename Tile>
-void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<W>& p) {
+template <typename W, typename C, typename Tile>
+void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<W, C>& p) {
   constexpr int64_t kPer = std::is_same_v<W, Pair> ? 2 : 1;  // elements per word
   const int64_t groups = std::min<int64_t>((p.n + kLanes - 1) / kLanes, kMaxCols / kLanes);
   const int64_t mr = rows_per_tile(std::max<int64_t>(groups, 1));
@@ -476,7 +525,7 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
         for (int64_t q = p0 / kPer; q < p1 / kPer; q += kLanes) PrefetchLine(ar + q);
       }
       if (p.ldc >= kFarStride) {
-        float* cr = p.c + r * p.ldc;
+        const C* cr = p.c + r * p.ldc;
         for (int64_t j = 0; j < p.n; j += kLanes) PrefetchLine(cr + j);
       }
     }
@@ -493,6 +542,9 @@ void RunProduct(const Isa& isa, const Product& p) {
 }
 void RunProduct(const Isa& isa, const PairProduct& p) {
   RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
+}
+void RunProduct(const Isa& isa, const PairToBf16Product& p) {
+  RunBandedProduct(isa.pair_tile_bf16, isa.rows_per_tile, p);
 }
 
 // The unnormalised half of a softmax row, in two steps so that a chunk's
@@ -789,12 +841,18 @@ int64_t PackedSize(int64_t parts, const Layout& L) {
   return kInPlace<T> ? 0 : parts * L.group * L.t * L.d;
 }
 
+// A task's blocks as they lie in x itself (strides in elements of x).
+template <typename E>
+Blocks<E> InPlaceBlocks(E* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0) {
+  const int64_t width = parts * L.heads * L.d;
+  return {x + bi * width + h0 * L.d, L.b * width, L.heads * L.d, L.d};
+}
+
 template <typename T, typename E>
 Blocks<E> TaskBlocks(T* x, E* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
                      int64_t hn) {
   if constexpr (kInPlace<T>) {
-    const int64_t width = parts * L.heads * L.d;
-    return {x + bi * width + h0 * L.d, L.b * width, L.heads * L.d, L.d};
+    return InPlaceBlocks(x, parts, L, bi, h0);
   } else {
     return {packed, L.d, hn * L.t * L.d, L.t * L.d};
   }
@@ -854,14 +912,58 @@ void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_
   }
 }
 
-// Pairs along a row (x[n], n even) to pairs across rows: out[i][j] =
-// (x[2i][j], x[2i + 1][j]) for i < rows / 2, j < d, from x as PackPairs
-// lays it out ([rows, dw] words).
-void InterleavePairRows(const Pair* x, int64_t rows, int64_t dw, int64_t d, Pair* out) {
-  for (int64_t i = 0; i < rows / 2; ++i) {
-    const Pair* lo = x + 2 * i * dw;
-    const Pair* hi = lo + dw;
+// Words of packed pair blocks that `parts` parts of a task need: none when
+// d is even, as the blocks are then read in place (PairBlocks).
+int64_t PackedPairsSize(int64_t parts, const Layout& L, int64_t block) {
+  return L.d % 2 == 0 ? 0 : parts * L.group * block;
+}
+
+// A task's per-head blocks of a bf16 [t, b, parts * heads * d] tensor as
+// pairs along each row. With d even a head's row is d / 2 whole pairs of
+// the tensor itself, read in place through the strides (no copy of the
+// operands); an odd d's rows are packed into `packed` ([tp, dw] blocks,
+// PackPairs) with their last half zero. Either way the blocks have t rows
+// of dw words, ld apart.
+Blocks<const Pair> PairBlocks(const BF16* x, int64_t parts, const Layout& L, int64_t bi,
+                              int64_t h0, int64_t hn, int64_t block, Pair* packed) {
+  if (L.d % 2 == 0) {
+    // The offset and strides are even: whole pairs of an allocation that
+    // is at least 4-byte aligned.
+    const Blocks<const BF16> e = InPlaceBlocks(x, parts, L, bi, h0);
+    return {reinterpret_cast<const Pair*>(e.base), e.ld / 2, e.part_stride / 2,
+            e.head_stride / 2};
+  }
+  PackPairs(x, parts, L, bi, h0, hn, block, packed);
+  return {packed, (L.d + 1) / 2, hn * block, block};
+}
+
+// Pairs along a row to pairs across rows: out[i][j] = (x[2i][j], x[2i +
+// 1][j]) for i < ceil(rows / 2), j < d, from x as PairBlocks gives it
+// (rows of dw = ceil(d / 2) words, ldx apart); a missing last row is 0.
+constexpr int64_t kInterleaveAhead = 8;
+void InterleavePairRows(const Pair* x, int64_t ldx, int64_t rows, int64_t d, Pair* out) {
+  const int64_t dw = (d + 1) / 2;
+  for (int64_t i = 0; 2 * i < rows; ++i) {
+    const Pair* lo = x + 2 * i * ldx;
+    // Rows far apart are on pages of their own: the rows a few pairs on
+    // are asked for now (as PackPairs does).
+    if (ldx >= kFarStride && 2 * (i + kInterleaveAhead) + 1 < rows) {
+      const Pair* ahead = lo + 2 * kInterleaveAhead * ldx;
+      for (int64_t j = 0; j < dw; j += kLanes) {
+        PrefetchLine(ahead + j);
+        PrefetchLine(ahead + ldx + j);
+      }
+    }
     Pair* o = out + i * d;
+    if (2 * i + 1 == rows) {
+      for (int64_t j = 0; j < d / 2; ++j) {
+        o[2 * j] = lo[j] & 0xffffu;
+        o[2 * j + 1] = lo[j] >> 16;
+      }
+      if (d % 2 != 0) o[d - 1] = lo[dw - 1] & 0xffffu;
+      continue;
+    }
+    const Pair* hi = lo + ldx;
     for (int64_t j = 0; j < d / 2; ++j) {
       o[2 * j] = (lo[j] & 0xffffu) | hi[j] << 16;
       o[2 * j + 1] = lo[j] >> 16 | (hi[j] & 0xffff0000u);
@@ -1010,32 +1112,32 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
                            float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
-  const int64_t block = tp * dw, td = t * d;
+  const int64_t block = tp * dw;
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
     // Zeroed once per call as fresh vectors were: padding that the packing
     // and rounding never write stays zero for every task.
-    Scratch scratch({3 * L.group * block, dw * tp, tp / 2 * d, kRowChunk * tp / 2, L.group * td,
+    Scratch scratch({PackedPairsSize(3, L, block), dw * tp, tp / 2 * d, kRowChunk * tp / 2,
                      kRowChunk * tp});
-    Pair* const in = scratch.TakeZeroed<Pair>(3 * L.group * block);
+    Pair* const in = scratch.TakeZeroed<Pair>(PackedPairsSize(3, L, block));
     Pair* const kt = scratch.TakeZeroed<Pair>(dw * tp);
     Pair* const vi = scratch.TakeZeroed<Pair>(tp / 2 * d);
     Pair* const p = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
-    float* const out = scratch.TakeZeroed<float>(L.group * td);
     float* const s = scratch.TakeZeroed<float>(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      PackPairs(qkv, 3, L, bi, h0, hn, block, in);
+      const Blocks<const Pair> x = PairBlocks(qkv, 3, L, bi, h0, hn, block, in);
+      const Blocks<BF16> y = InPlaceBlocks(ctx, 1, L, bi, h0);
       for (int64_t h = 0; h < hn; ++h) {
-        const Pair* q = in + h * block;
-        float* o = out + h * td;
+        const Pair* q = x.at(0, h);
+        BF16* o = y.at(0, h);
         float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
-        isa.transpose(in + (hn + h) * block, dw, tp, dw, tp, kt);
-        InterleavePairRows(in + (2 * hn + h) * block, tp, dw, d, vi);
+        isa.transpose(x.at(1, h), x.ld, t, dw, tp, kt);
+        InterleavePairRows(x.at(2, h), x.ld, t, d, vi);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
-          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * dw,
-                                      .ars = dw, .aps = 1, .b = kt, .ldb = tp,
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * x.ld,
+                                      .ars = x.ld, .aps = 1, .b = kt, .ldb = tp,
                                       .c = s, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
           SoftmaxChunk(s, c0, rows, t, scale, pr);
@@ -1044,12 +1146,12 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
             const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
             RowPairs(s + i * tp, std::min(n, tp), p + i * tp / 2);
           }
-          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = p, .ars = tp / 2,
-                                      .aps = 1, .b = vi, .ldb = d, .c = o + c0 * d,
-                                      .ldc = d, .band = Band::kUpTo, .row0 = c0});
+          RunProduct(isa, PairToBf16Product{.m = rows, .n = d, .k = tp, .a = p,
+                                            .ars = tp / 2, .aps = 1, .b = vi, .ldb = d,
+                                            .c = o + c0 * y.ld, .ldc = y.ld,
+                                            .band = Band::kUpTo, .row0 = c0});
         }
       }
-      Unpack(out, 1, L, bi, h0, hn, ctx);
     }
   });
 }
@@ -1061,13 +1163,13 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
                             const float* probs, BF16* dqkv, float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
-  const int64_t block = tp * dw, td = t * d;
+  const int64_t block = tp * dw;
   ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
-    Scratch scratch({3 * L.group * block, L.group * block, dw * tp, tp / 2 * d, tp / 2 * d,
-                     tp / 2 * d, kRowChunk * tp / 2, tp / 2 * tp, tp / 2 * tp, 3 * L.group * td,
-                     kRowChunk * tp, kRowChunk * tp});
-    Pair* const in = scratch.TakeZeroed<Pair>(3 * L.group * block);
-    Pair* const g = scratch.TakeZeroed<Pair>(L.group * block);
+    Scratch scratch({PackedPairsSize(3, L, block), PackedPairsSize(1, L, block), dw * tp,
+                     tp / 2 * d, tp / 2 * d, tp / 2 * d, kRowChunk * tp / 2, tp / 2 * tp,
+                     tp / 2 * tp, kRowChunk * tp, kRowChunk * tp});
+    Pair* const in = scratch.TakeZeroed<Pair>(PackedPairsSize(3, L, block));
+    Pair* const gin = scratch.TakeZeroed<Pair>(PackedPairsSize(1, L, block));
     Pair* const vt = scratch.TakeZeroed<Pair>(dw * tp);
     Pair* const qi = scratch.TakeZeroed<Pair>(tp / 2 * d);
     Pair* const ki = scratch.TakeZeroed<Pair>(tp / 2 * d);
@@ -1075,28 +1177,28 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
     Pair* const dsr = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
     Pair* const dsi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
     Pair* const pi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
-    float* const out = scratch.TakeZeroed<float>(3 * L.group * td);
     float* const ds = scratch.TakeZeroed<float>(kRowChunk * tp);
     float* const pc = scratch.TakeZeroed<float>(kRowChunk * tp);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
-      PackPairs(qkv, 3, L, bi, h0, hn, block, in);
-      PackPairs(grad, 1, L, bi, h0, hn, block, g);
+      const Blocks<const Pair> x = PairBlocks(qkv, 3, L, bi, h0, hn, block, in);
+      const Blocks<const Pair> g = PairBlocks(grad, 1, L, bi, h0, hn, block, gin);
+      const Blocks<BF16> y = InPlaceBlocks(dqkv, 3, L, bi, h0);
       for (int64_t h = 0; h < hn; ++h) {
-        const Pair* go = g + h * block;
+        const Pair* go = g.at(0, h);
         const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
-        InterleavePairRows(in + h * block, tp, dw, d, qi);
-        InterleavePairRows(in + (hn + h) * block, tp, dw, d, ki);
-        InterleavePairRows(go, tp, dw, d, gi);
-        isa.transpose(in + (2 * hn + h) * block, dw, tp, dw, tp, vt);
-        float* dq = out + h * td;
-        float* dk = out + (hn + h) * td;
-        float* dv = out + (2 * hn + h) * td;
+        InterleavePairRows(x.at(0, h), x.ld, t, d, qi);
+        InterleavePairRows(x.at(1, h), x.ld, t, d, ki);
+        InterleavePairRows(go, g.ld, t, d, gi);
+        isa.transpose(x.at(2, h), x.ld, t, dw, tp, vt);
+        BF16* dq = y.at(0, h);
+        BF16* dk = y.at(1, h);
+        BF16* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           PrefetchProbs(pr, c0, rows, t);
-          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * dw,
-                                      .ars = dw, .aps = 1, .b = vt, .ldb = tp,
+          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * g.ld,
+                                      .ars = g.ld, .aps = 1, .b = vt, .ldb = tp,
                                       .c = ds, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
           SoftmaxBackwardChunk(ds, c0, rows, t, pr, scale, pc);
@@ -1110,19 +1212,18 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           InterleaveBf16Rows(reinterpret_cast<const BF16*>(dsr), tp, rows, n,
                              dsi + c0 / 2 * tp, tp);
           InterleaveRows(pc, tp, rows, c0 + rows, pi + c0 / 2 * tp, tp);
-          RunProduct(isa, PairProduct{.m = rows, .n = d, .k = tp, .a = dsr,
-                                      .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
-                                      .c = dq + c0 * d, .ldc = d, .band = Band::kUpTo,
-                                      .row0 = c0});
+          RunProduct(isa, PairToBf16Product{.m = rows, .n = d, .k = tp, .a = dsr,
+                                            .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
+                                            .c = dq + c0 * y.ld, .ldc = y.ld,
+                                            .band = Band::kUpTo, .row0 = c0});
         }
-        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = dsi, .ars = 1,
-                                    .aps = tp, .b = qi, .ldb = d, .c = dk, .ldc = d,
-                                    .band = Band::kFrom});
-        RunProduct(isa, PairProduct{.m = t, .n = d, .k = tp, .a = pi, .ars = 1,
-                                    .aps = tp, .b = gi, .ldb = d, .c = dv, .ldc = d,
-                                    .band = Band::kFrom});
+        RunProduct(isa, PairToBf16Product{.m = t, .n = d, .k = tp, .a = dsi, .ars = 1,
+                                          .aps = tp, .b = qi, .ldb = d, .c = dk, .ldc = y.ld,
+                                          .band = Band::kFrom});
+        RunProduct(isa, PairToBf16Product{.m = t, .n = d, .k = tp, .a = pi, .ars = 1,
+                                          .aps = tp, .b = gi, .ldb = d, .c = dv, .ldc = y.ld,
+                                          .band = Band::kFrom});
       }
-      Unpack(out, 3, L, bi, h0, hn, dqkv);
     }
   });
 }
