@@ -33,7 +33,7 @@ absl::Status CheckQkv(const Tensor& qkv, int64_t heads, int64_t head_dim, const 
 
 absl::StatusOr<CausalSelfAttentionResult> CausalSelfAttention(const Tensor& qkv, int64_t heads,
                                                               int64_t head_dim, double scale,
-                                                              bool keep_probs) {
+                                                              bool keep_stats) {
   constexpr const char* kOp = "CausalSelfAttention";
   TPX_RETURN_IF_ERROR(CheckQkv(qkv, heads, head_dim, kOp));
   TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&qkv}));
@@ -41,22 +41,22 @@ absl::StatusOr<CausalSelfAttentionResult> CausalSelfAttention(const Tensor& qkv,
   TPX_ASSIGN_OR_RETURN(Tensor qc, qkv.Contiguous());
   CausalSelfAttentionResult r;
   TPX_ASSIGN_OR_RETURN(r.ctx, Tensor::Empty({t, b, heads * head_dim}, qkv.dtype(), qkv.device()));
-  if (keep_probs) {
-    TPX_ASSIGN_OR_RETURN(r.probs, Tensor::Empty({b * heads, t, t}, DType::kF32, qkv.device()));
+  if (keep_stats) {
+    TPX_ASSIGN_OR_RETURN(r.stats, Tensor::Empty({b * heads, t, 2}, DType::kF32, qkv.device()));
   }
   if (t > 0 && b > 0) {
-    TPX_RETURN_IF_ERROR(k->CausalSelfAttention(r.ctx, r.probs, qc, t, b, heads, head_dim, scale));
+    TPX_RETURN_IF_ERROR(k->CausalSelfAttention(r.ctx, r.stats, qc, t, b, heads, head_dim, scale));
   }
   return r;
 }
 
 absl::StatusOr<Tensor> CausalSelfAttentionBackward(const Tensor& grad_ctx, const Tensor& qkv,
-                                                   const Tensor& probs, int64_t heads,
+                                                   const Tensor& stats, int64_t heads,
                                                    int64_t head_dim, double scale) {
   constexpr const char* kOp = "CausalSelfAttentionBackward";
   TPX_RETURN_IF_ERROR(CheckQkv(qkv, heads, head_dim, kOp));
   TPX_RETURN_IF_ERROR(CheckInput(grad_ctx, kOp, "grad_ctx"));
-  TPX_RETURN_IF_ERROR(CheckInput(probs, kOp, "probs"));
+  TPX_RETURN_IF_ERROR(CheckInput(stats, kOp, "stats"));
   const int64_t t = qkv.size(0), b = qkv.size(1);
   if (grad_ctx.dtype() != qkv.dtype() || grad_ctx.shape() != Shape{t, b, heads * head_dim}) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": grad_ctx ", grad_ctx.ToString(),
@@ -64,19 +64,19 @@ absl::StatusOr<Tensor> CausalSelfAttentionBackward(const Tensor& grad_ctx, const
                                                    heads * head_dim, "] of qkv's dtype (qkv ",
                                                    qkv.ToString(), ")"));
   }
-  if (probs.dtype() != DType::kF32 || probs.shape() != Shape{b * heads, t, t}) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": probs ", probs.ToString(),
-                                                   " must be f32 [", b * heads, ", ", t, ", ", t,
-                                                   "] (the forward's)"));
+  if (stats.dtype() != DType::kF32 || stats.shape() != Shape{b * heads, t, 2}) {
+    return absl::InvalidArgumentError(absl::StrCat(kOp, ": stats ", stats.ToString(),
+                                                   " must be f32 [", b * heads, ", ", t,
+                                                   ", 2] (the forward's)"));
   }
-  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&grad_ctx, &qkv, &probs}));
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&grad_ctx, &qkv, &stats}));
   TPX_ASSIGN_OR_RETURN(Tensor gc, grad_ctx.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor qc, qkv.Contiguous());
-  TPX_ASSIGN_OR_RETURN(Tensor pc, probs.Contiguous());
+  TPX_ASSIGN_OR_RETURN(Tensor sc, stats.Contiguous());
   TPX_ASSIGN_OR_RETURN(Tensor dqkv, Tensor::Empty(qkv.shape(), qkv.dtype(), qkv.device()));
   if (t > 0 && b > 0) {
     TPX_RETURN_IF_ERROR(
-        k->CausalSelfAttentionBackward(dqkv, gc, qc, pc, t, b, heads, head_dim, scale));
+        k->CausalSelfAttentionBackward(dqkv, gc, qc, sc, t, b, heads, head_dim, scale));
   }
   return dqkv;
 }

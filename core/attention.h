@@ -10,10 +10,15 @@
 //   // qkv: [t, b, 3 * heads * head_dim] = [all q | all k | all v]
 //   TPX_ASSIGN_OR_RETURN(ops::CausalSelfAttentionResult r,
 //                        ops::CausalSelfAttention(qkv, heads, head_dim, 1 / sqrt(head_dim),
-//                                                 /*keep_probs=*/true));
+//                                                 /*keep_stats=*/true));
 //   ...
 //   TPX_ASSIGN_OR_RETURN(Tensor dqkv, ops::CausalSelfAttentionBackward(
-//                                         grad_ctx, qkv, r.probs, heads, head_dim, scale));
+//                                         grad_ctx, qkv, r.stats, heads, head_dim, scale));
+//
+// As flash attention does, the forward keeps two numbers per row of P for
+// the backward, not P itself (t^2 floats per head, which went to memory and
+// came back); the backward recomputes the scores and P from q, k and them,
+// bit for bit as the forward had them.
 //
 // Devices without the kernels return Unimplemented; ag::CausalSelfAttention
 // (core/autograd/attention.h) then composes the same math from other ops.
@@ -28,27 +33,27 @@
 namespace tpx::ops {
 
 struct CausalSelfAttentionResult {
-  Tensor ctx;    // [t, b, heads * head_dim], qkv's dtype
-  // f32 [b * heads, t, t], the probabilities for the backward; undefined
-  // unless kept. Row i holds P[i, j] for the keys j <= i; what follows the
-  // diagonal (zero in P) is unspecified: the kernels write only the keys
-  // they read back, not the zeros of the masked half.
-  Tensor probs;
+  Tensor ctx;  // [t, b, heads * head_dim], qkv's dtype
+  // f32 [b * heads, t, 2], the softmax statistics for the backward; undefined
+  // unless kept. Row i of P: the maximum m of its scaled scores (0 when all
+  // are -inf) and the reciprocal of sum_j exp(scale * s_ij - m).
+  Tensor stats;
 };
 
 // For every batch row and head h, with q, k, v the [t, head_dim] columns of
 // head h in the first, second and third third of qkv's last dim: ctx = P v,
 // P = softmax(scale * q k^T) where query i sees keys j <= i. qkv is
 // floating [t, b, 3 * heads * head_dim]; arithmetic and P are f32, ctx is
-// rounded once to qkv's dtype. keep_probs: return P for the backward.
+// rounded once to qkv's dtype. keep_stats: return the statistics the
+// backward needs.
 absl::StatusOr<CausalSelfAttentionResult> CausalSelfAttention(const Tensor& qkv, int64_t heads,
                                                               int64_t head_dim, double scale,
-                                                              bool keep_probs);
+                                                              bool keep_stats);
 
 // The gradient of qkv (its shape and dtype) given grad_ctx (ctx's shape and
-// dtype), qkv and the forward's probs.
+// dtype), qkv and the forward's stats.
 absl::StatusOr<Tensor> CausalSelfAttentionBackward(const Tensor& grad_ctx, const Tensor& qkv,
-                                                   const Tensor& probs, int64_t heads,
+                                                   const Tensor& stats, int64_t heads,
                                                    int64_t head_dim, double scale);
 
 }  // namespace tpx::ops

@@ -203,17 +203,16 @@ class DeviceKernels {
   // h of q at columns [h * head_dim, (h + 1) * head_dim)). ----
   // Per (batch row, head): ctx = P v with P = softmax(scale * q k^T), row i
   // seeing keys j <= i. ctx is [t, b, heads * head_dim] of qkv's dtype;
-  // probs (f32 [b * heads, t, t]) receives P for the backward, or is
-  // undefined when not wanted: row i over the keys j <= i at least; what
-  // follows the diagonal is the kernels' own (their backward reads it back
-  // as they wrote it), not necessarily P's zeros.
-  virtual absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
+  // stats (f32 [b * heads, t, 2]) receives what the kernels' backward needs
+  // to recompute P (per row of P, as ops::CausalSelfAttentionResult says),
+  // or is undefined when not wanted.
+  virtual absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& stats,
                                            const Tensor& qkv, int64_t t, int64_t b,
                                            int64_t heads, int64_t head_dim, double scale);
   // Its gradient: dqkv (qkv's shape and dtype) from grad_ctx (ctx's shape
-  // and dtype), qkv and the forward's probs.
+  // and dtype), qkv and the forward's stats.
   virtual absl::Status CausalSelfAttentionBackward(const Tensor& dqkv, const Tensor& grad_ctx,
-                                                   const Tensor& qkv, const Tensor& probs,
+                                                   const Tensor& qkv, const Tensor& stats,
                                                    int64_t t, int64_t b, int64_t heads,
                                                    int64_t head_dim, double scale);
 };

@@ -65,7 +65,7 @@ absl::StatusOr<Variable> CausalSelfAttention(const Variable& qkv, int64_t heads,
         const bool keep = op.needs_input_grad(0);
         TPX_ASSIGN_OR_RETURN(ops::CausalSelfAttentionResult r,
                              ops::CausalSelfAttention(in[0], heads, head_dim, scale, keep));
-        if (keep) op.Save({in[0], r.probs});
+        if (keep) op.Save({in[0], r.stats});
         return Tensors{r.ctx};
       },
       [heads, head_dim, scale](LambdaOp& op,

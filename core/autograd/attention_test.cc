@@ -3,6 +3,7 @@
 // differences; plus its argument errors.
 #include "core/autograd/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -208,61 +209,58 @@ TEST_P(CausalSelfAttentionTest, F16WithinRoundingOfReference) {
   EXPECT_TRUE(TensorsClose(fused.dqkv, composed.dqkv, 1e-2, 2e-2));
 }
 
-// The backward reads only what the forward wrote into probs: the rest of
-// the tensor (after each row's diagonal) may hold anything, here NaN.
-TEST_P(CausalSelfAttentionTest, BackwardReadsOnlyWhatTheForwardWrote) {
+// The statistics the forward keeps are every row's maximum of its scaled
+// scores and the reciprocal of its sum of exponentials (double reference
+// from the same inputs), for every dtype.
+TEST_P(CausalSelfAttentionTest, StatsAreRowMaximaAndReciprocalSums) {
   const Case c = GetParam();
+  const double scale = 0.3;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
     SCOPED_TRACE(DTypeName(dtype));
     const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, dtype, 16, -2, 2);
-    const Tensor g = RandomTensor({c.t, c.b, c.heads * c.d}, dtype, 17);
-    absl::StatusOr<DeviceKernels*> k = KernelsFor(Device::CPU(), "CausalSelfAttention");
-    ASSERT_TRUE(k.ok()) << k.status();
-    const Tensor ctx = *Tensor::Empty({c.t, c.b, c.heads * c.d}, dtype);
-    const Tensor poisoned = *Tensor::Full({c.b * c.heads, c.t, c.t}, NAN, DType::kF32);
-    ASSERT_TRUE((*k)->CausalSelfAttention(ctx, poisoned, qkv, c.t, c.b, c.heads, c.d, 0.3).ok());
     absl::StatusOr<ops::CausalSelfAttentionResult> r =
-        ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_probs=*/true);
+        ops::CausalSelfAttention(qkv, c.heads, c.d, scale, /*keep_stats=*/true);
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(TensorsClose(ctx, r->ctx, 0, 0));
-    absl::StatusOr<Tensor> from_poisoned =
-        ops::CausalSelfAttentionBackward(g, qkv, poisoned, c.heads, c.d, 0.3);
-    absl::StatusOr<Tensor> from_kept =
-        ops::CausalSelfAttentionBackward(g, qkv, r->probs, c.heads, c.d, 0.3);
-    ASSERT_TRUE(from_poisoned.ok() && from_kept.ok());
-    const std::vector<float> dqkv = Floats(*from_poisoned);
-    for (size_t i = 0; i < dqkv.size(); ++i) ASSERT_TRUE(std::isfinite(dqkv[i])) << i;
-    EXPECT_TRUE(TensorsClose(*from_poisoned, *from_kept, 0, 0));
+    ASSERT_EQ(r->stats.shape(), (Shape{c.b * c.heads, c.t, 2}));
+    const std::vector<float> x = Floats(qkv), st = Floats(r->stats);
+    const int64_t hd = c.heads * c.d, row = c.b * 3 * hd;
+    for (int64_t bi = 0; bi < c.b; ++bi) {
+      for (int64_t h = 0; h < c.heads; ++h) {
+        for (int64_t i = 0; i < c.t; ++i) {
+          std::vector<double> s(i + 1);
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0;
+            for (int64_t e = 0; e < c.d; ++e) {
+              dot += static_cast<double>(x[i * row + bi * 3 * hd + h * c.d + e]) *
+                     x[j * row + bi * 3 * hd + hd + h * c.d + e];
+            }
+            s[j] = scale * dot;
+          }
+          const double m = *std::max_element(s.begin(), s.end());
+          double sum = 0;
+          for (double v : s) sum += std::exp(v - m);
+          const float* got = st.data() + ((bi * c.heads + h) * c.t + i) * 2;
+          ASSERT_NEAR(got[0], m, 1e-5 * (1 + std::abs(m))) << bi << " " << h << " " << i;
+          ASSERT_NEAR(got[1], 1 / sum, 1e-5 / sum) << bi << " " << h << " " << i;
+        }
+      }
+    }
   }
 }
 
-// Without gradients the op keeps no probabilities and gives the same ctx.
-TEST_P(CausalSelfAttentionTest, ForwardWithoutProbsMatches) {
+// Without gradients the op keeps no statistics and gives the same ctx.
+TEST_P(CausalSelfAttentionTest, ForwardWithoutStatsMatches) {
   const Case c = GetParam();
   const Tensor qkv = RandomTensor({c.t, c.b, 3 * c.heads * c.d}, DType::kF32, 5);
   absl::StatusOr<ops::CausalSelfAttentionResult> kept =
-      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_probs=*/true);
+      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_stats=*/true);
   absl::StatusOr<ops::CausalSelfAttentionResult> bare =
-      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_probs=*/false);
+      ops::CausalSelfAttention(qkv, c.heads, c.d, 0.3, /*keep_stats=*/false);
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(bare.ok()) << bare.status();
-  EXPECT_FALSE(bare->probs.defined());
-  ASSERT_EQ(kept->probs.shape(), (Shape{c.b * c.heads, c.t, c.t}));
+  EXPECT_FALSE(bare->stats.defined());
+  EXPECT_TRUE(kept->stats.defined());
   EXPECT_TRUE(TensorsClose(bare->ctx, kept->ctx, 0, 0));
-  // Rows of P over the keys up to the diagonal (the rest is unspecified)
-  // are non-negative and sum to one.
-  const std::vector<float> p = Floats(kept->probs);
-  for (int64_t m = 0; m < c.b * c.heads; ++m) {
-    for (int64_t i = 0; i < c.t; ++i) {
-      double sum = 0;
-      for (int64_t j = 0; j <= i; ++j) {
-        const float x = p[(m * c.t + i) * c.t + j];
-        ASSERT_GE(x, 0.0f) << m << " " << i << " " << j;
-        sum += x;
-      }
-      ASSERT_NEAR(sum, 1.0, 1e-5);
-    }
-  }
 }
 
 // The kernels split the work by thread count (heads per task), never the
@@ -313,9 +311,9 @@ TEST(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
     for (int64_t j = 0; j < c.t; ++j) x[j * row + k1] = -1.0f;
     const Tensor qkv = *Tensor::FromVector<float>(x, {c.t, c.b, 3 * hd}, dtype);
     absl::StatusOr<ops::CausalSelfAttentionResult> r =
-        ops::CausalSelfAttention(qkv, c.heads, c.d, 0.25, /*keep_probs=*/true);
+        ops::CausalSelfAttention(qkv, c.heads, c.d, 0.25, /*keep_stats=*/true);
     ASSERT_TRUE(r.ok()) << r.status();
-    const std::vector<float> ctx = Floats(r->ctx), p = Floats(r->probs);
+    const std::vector<float> ctx = Floats(r->ctx), st = Floats(r->stats);
     absl::StatusOr<Variable> composed =
         ag::ComposedCausalSelfAttention(Variable(qkv), c.heads, c.d, 0.25);
     ASSERT_TRUE(composed.ok()) << composed.status();
@@ -327,19 +325,20 @@ TEST(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
         const bool nan_head = bi == 0 && h == 0, inf_head = bi == 1 && h == 1;
         for (int64_t i = 0; i < c.t; ++i) {
           SCOPED_TRACE(absl::StrCat("batch ", bi, " head ", h, " query ", i));
-          const float* pi = p.data() + ((bi * c.heads + h) * c.t + i) * c.t;
+          // The row's statistics: a NaN score makes its sum NaN; all -inf
+          // scores, a maximum of 0 and a sum of 0 (P = 0 * inf = NaN).
+          const float* si = st.data() + ((bi * c.heads + h) * c.t + i) * 2;
           const int64_t o = i * c.b * hd + bi * hd + h * c.d;
           if ((nan_head && i >= kNanKey) || (inf_head && i == kInfQuery)) {
-            for (int64_t j = 0; j <= i; ++j) EXPECT_TRUE(std::isnan(pi[j])) << j;
+            EXPECT_FALSE(std::isfinite(si[1])) << si[1];
             for (int64_t e = 0; e < c.d; ++e) {
               EXPECT_TRUE(std::isnan(ctx[o + e])) << e;
               EXPECT_TRUE(std::isnan(composed_ctx[o + e])) << e;
             }
             continue;
           }
-          for (int64_t j = 0; j <= i; ++j) {
-            EXPECT_TRUE(std::isfinite(pi[j]) && pi[j] >= 0.0f) << j << ": " << pi[j];
-          }
+          EXPECT_TRUE(std::isfinite(si[0])) << si[0];
+          EXPECT_TRUE(si[1] > 0.0f && si[1] <= 1.0f) << si[1];
           for (int64_t e = 0; e < c.d; ++e) {
             EXPECT_NEAR(ctx[o + e], ref.ctx[o + e], tol * (1 + std::abs(ref.ctx[o + e]))) << e;
           }
@@ -394,19 +393,19 @@ TEST(CausalSelfAttentionErrors, BadArgumentsAreInvalidArgument) {
   const Tensor ints = *Tensor::Zeros({4, 2, 96}, DType::kI32);
   EXPECT_EQ(ops::CausalSelfAttention(ints, 2, 16, 1.0, false).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Backward: probs and grad_ctx of the wrong shape or dtype.
+  // Backward: stats and grad_ctx of the wrong shape or dtype.
   const Tensor g = RandomTensor({4, 2, 32}, DType::kF32, 10);
-  const Tensor probs = *Tensor::Zeros({4, 4, 4}, DType::kF32);
-  EXPECT_TRUE(ops::CausalSelfAttentionBackward(g, qkv, probs, 2, 16, 1.0).ok());
+  const Tensor stats = *Tensor::Zeros({4, 4, 2}, DType::kF32);
+  EXPECT_TRUE(ops::CausalSelfAttentionBackward(g, qkv, stats, 2, 16, 1.0).ok());
   absl::StatusOr<Tensor> bad =
-      ops::CausalSelfAttentionBackward(g, qkv, *Tensor::Zeros({4, 4, 3}, DType::kF32), 2, 16, 1.0);
+      ops::CausalSelfAttentionBackward(g, qkv, *Tensor::Zeros({4, 4, 4}, DType::kF32), 2, 16, 1.0);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(message(bad.status()).find("probs"), std::string::npos) << bad.status();
-  EXPECT_EQ(ops::CausalSelfAttentionBackward(g, qkv, *probs.To(DType::kBF16), 2, 16, 1.0)
+  EXPECT_NE(message(bad.status()).find("stats"), std::string::npos) << bad.status();
+  EXPECT_EQ(ops::CausalSelfAttentionBackward(g, qkv, *stats.To(DType::kBF16), 2, 16, 1.0)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  bad = ops::CausalSelfAttentionBackward(*g.To(DType::kBF16), qkv, probs, 2, 16, 1.0);
+  bad = ops::CausalSelfAttentionBackward(*g.To(DType::kBF16), qkv, stats, 2, 16, 1.0);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(message(bad.status()).find("grad_ctx"), std::string::npos) << bad.status();
 }

@@ -605,11 +605,9 @@ TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
   return Sum8(n, [x](int64_t j) { return x[j]; });
 }
 
-// x[0..n) *= s, and out[0..m) = the result (m <= n): one pass for the
-// probabilities P v reads and the copy kept for the backward.
-TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s, float* out, int64_t m) {
-  for (int64_t j = 0; j < m; ++j) out[j] = x[j] = x[j] * s;
-  for (int64_t j = m; j < n; ++j) x[j] *= s;
+// x[0..n) *= s.
+TPX_VECTOR_CLONES void ScaleRow(float* x, int64_t n, float s) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= s;
 }
 
 // sum(p * dp) over [0, n).
@@ -617,23 +615,33 @@ TPX_VECTOR_CLONES float RowDot(const float* p, const float* dp, int64_t n) {
   return Sum8(n, [p, dp](int64_t j) { return p[j] * dp[j]; });
 }
 
-// ds[0..n) = scale * p * (dp - dot), in place over dp, and pc[0..n) = p.
+// ds[0..n) = scale * p * (dp - dot), in place over dp.
 TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, float dot,
-                                          float scale, float* pc) {
-  for (int64_t j = 0; j < n; ++j) {
-    const float pj = p[j];
-    pc[j] = pj;
-    dp[j] = scale * (pj * (dp[j] - dot));
-  }
+                                          float scale) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
+}
+
+// The softmax statistics of a row kept for the backward (two floats per
+// row): the maximum of its scaled scores and the reciprocal of its sum of
+// exponentials, from which the backward recomputes P exactly as the
+// forward computed it (RecomputeChunk) instead of keeping P itself, t^2
+// floats per head that went to memory and came back.
+constexpr int64_t kStatsPerRow = 2;
+
+// The columns of P row i (P's rows [c0, c0 + rows) in a [rows, tp] block)
+// that the products read: whole vectors to past the diagonal, and for the
+// pair form up to the chunk's end (rounded up to a pair); zero after the
+// diagonal. Returns the end of the columns to zero from RoundUp(i + 1, 16).
+int64_t ZeroEnd(int64_t i, int64_t c0, int64_t rows, int64_t tp) {
+  return std::min(tp, std::max(RoundUp(i + 1, kLanes) + kLanes, RoundUp(c0 + rows, 2)));
 }
 
 // P in place over the scores of rows [c0, c0 + rows) (s: [rows, tp]):
 // each row's softmax runs over whole vectors, the keys after the diagonal
-// masked, and the rest of the columns P v reads (up to the chunk's end,
-// rounded up to a pair) is zeroed. Unless pr is null, row i of P is also
-// written to pr ([t, t]) over the keys the backward reads, [0, min(t,
-// RoundUp(i + 1, 16))); the rest of pr's row (all zeros) is not written.
-void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* pr) {
+// masked, and the columns after it that the products read are zeroed
+// (ZeroEnd). Unless stats is null, row i's statistics go to stats[2i],
+// stats[2i + 1].
+void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* stats) {
   const int64_t tp = RoundUp(t, kLanes);
   // Each step for all the rows before the next: a row's sum is one chain of
   // dependent additions, and with nothing in between, the chains of
@@ -651,21 +659,38 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    ScaleRow(row, n, 1.0f / sum[i - c0], pr != nullptr ? pr + i * t : nullptr,
-             pr != nullptr ? std::min(n, t) : 0);
-    std::fill(row + n, row + std::max(n, std::min(tp, RoundUp(c0 + rows, 2))), 0.0f);
+    const float inv = 1.0f / sum[i - c0];
+    ScaleRow(row, n, inv);
+    std::fill(row + n, row + std::max(n, ZeroEnd(i, c0, rows, tp)), 0.0f);
+    if (stats != nullptr) {
+      stats[kStatsPerRow * i] = mx[i - c0];
+      stats[kStatsPerRow * i + 1] = inv;
+    }
+  }
+}
+
+// The forward's P, bit for bit, in place over the same scores of rows [c0,
+// c0 + rows) (s: [rows, tp], as the forward's product computed them), from
+// the statistics SoftmaxChunk kept: the same exponentials, scaled by the
+// same reciprocal.
+void RecomputeChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale,
+                    const float* stats) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    float* row = s + (i - c0) * tp;
+    const int64_t n = RoundUp(i + 1, kLanes);
+    ExpRow(row, i + 1, n, scale, stats[kStatsPerRow * i]);
+    ScaleRow(row, n, stats[kStatsPerRow * i + 1]);
+    std::fill(row + n, row + std::max(n, ZeroEnd(i, c0, rows, tp)), 0.0f);
   }
 }
 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
-// rows) (ds: [rows, tp]). pr is the forward's P ([t, t], read over the keys
-// SoftmaxChunk wrote); its rows are copied to pc ([rows, tp]) for the
-// products that read P across rows. Both are zero after the diagonal as
-// far as a product reads: a tile's rows past a row's diagonal (at most 16,
-// within one vector of its last whole vector), and up to the chunk's end
-// for the pair form's rounding. Further columns are left as they are.
-void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* pr,
-                          float scale, float* pc) {
+// rows) (ds: [rows, tp]; p: P's rows, [rows, tp], as RecomputeChunk left
+// them). dS is zero after the diagonal as far as the products read
+// (ZeroEnd); further columns are left as they are.
+void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
+                          float scale) {
   const int64_t tp = RoundUp(t, kLanes);
   // Whole vectors where the row has them: P is 0 after the diagonal.
   auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
@@ -673,28 +698,12 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
   // with nothing in between, the chains of consecutive rows overlap.
   float dot[kRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    dot[i - c0] = RowDot(pr + i * t, ds + (i - c0) * tp, len(i));
+    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, len(i));
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    float* prow = pc + (i - c0) * tp;
-    SoftmaxBackwardRow(pr + i * t, row, len(i), dot[i - c0], scale, prow);
-    const int64_t zero_end = std::min(tp, std::max(len(i) + kLanes, RoundUp(c0 + rows, 2)));
-    std::fill(row + len(i), row + zero_end, 0.0f);
-    std::fill(prow + len(i), prow + zero_end, 0.0f);
-  }
-}
-
-// Asks for rows [c0, c0 + rows) of P ([t, t]) over the keys SoftmaxChunk
-// writes and SoftmaxBackwardChunk reads, ahead of the chunk's first
-// product: P goes to memory between the forward and the backward, and its
-// rows, read or written only in part, leave the hardware prefetchers a
-// broken stream.
-void PrefetchProbs(const float* pr, int64_t c0, int64_t rows, int64_t t) {
-  for (int64_t i = c0; i < c0 + rows; ++i) {
-    const float* row = pr + i * t;
-    const int64_t n = std::min(RoundUp(i + 1, kLanes), t);
-    for (int64_t j = 0; j < n; j += kLanes) PrefetchLine(row + j);
+    SoftmaxBackwardRow(p + (i - c0) * tp, row, len(i), dot[i - c0], scale);
+    std::fill(row + len(i), row + std::max(len(i), ZeroEnd(i, c0, rows, tp)), 0.0f);
   }
 }
 
@@ -1012,8 +1021,29 @@ void RowPairs(const float* x, int64_t n, Pair* out) {
   FloatToBF16Array(x, reinterpret_cast<BF16*>(out), n);
 }
 
+// Head h of batch row bi's softmax statistics ([t, kStatsPerRow] of the
+// [b * heads, t, kStatsPerRow] tensor); null when none are kept.
+template <typename F>
+F* HeadStats(F* stats, const Layout& L, int64_t bi, int64_t h) {
+  return stats == nullptr ? nullptr : stats + (bi * L.heads + h) * L.t * kStatsPerRow;
+}
+
+// The scores S = q k^T of rows [c0, c0 + rows) into s ([rows, tp]), the
+// causal column blocks only: q's rows ldq words apart, kt the transposed
+// keys ([k words, tp], floats or pairs), k the head's dimension in
+// elements. The forward and the backward's recomputation both come here,
+// so the backward's scores are the forward's bit for bit.
+template <typename W>
+void ScoresChunk(const Isa& isa, const W* q, int64_t ldq, const W* kt, int64_t k, int64_t c0,
+                 int64_t rows, int64_t t, float* s) {
+  const int64_t tp = RoundUp(t, kLanes);
+  RunProduct(isa, ProductOf<W>{.m = rows, .n = tp, .k = k, .a = q + c0 * ldq, .ars = ldq,
+                               .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
+                               .causal_cols = true, .row0 = c0});
+}
+
 template <typename T>
-void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float scale) {
+void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* stats, float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
@@ -1030,18 +1060,14 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
         const float* q = x.at(0, h);
         const float* v = x.at(2, h);
         float* o = y.at(0, h);
-        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        float* st = HeadStats(stats, L, bi, h0 + h);
         isa.transpose(x.at(1, h), x.ld, t, d, tp, kt);
         // Scores, probabilities and output a chunk of rows at a time, so the
         // chunk's scores stay in L1 between the three steps.
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
-          // S = q k^T, causal column blocks only.
-          RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = q + c0 * x.ld, .ars = x.ld,
-                           .aps = 1, .b = kt, .ldb = tp, .c = s, .ldc = tp,
-                           .causal_cols = true, .row0 = c0});
-          SoftmaxChunk(s, c0, rows, t, scale, pr);
+          ScoresChunk(isa, q, x.ld, kt, d, c0, rows, t, s);
+          SoftmaxChunk(s, c0, rows, t, scale, st);
           // ctx = P v over the keys each row block sees.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s, .ars = tp, .aps = 1,
                            .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
@@ -1054,16 +1080,17 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* probs, float
 }
 
 template <typename T>
-void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* probs, T* dqkv,
+void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float* stats, T* dqkv,
                        float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes);
-  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+  ParallelFor(L.tasks(), L.group * t * (3 * t + 8 * d), [&](int64_t first, int64_t last) {
     Scratch scratch({PackedSize<T>(3, L), PackedSize<T>(1, L), PackedSize<T>(3, L), d * tp,
-                     t * tp, t * tp});
+                     d * tp, t * tp, t * tp});
     float* const in = scratch.Take(PackedSize<T>(3, L));
     float* const gin = scratch.Take(PackedSize<T>(1, L));
     float* const out = scratch.Take(PackedSize<T>(3, L));
+    float* const kt = scratch.Take(d * tp);
     float* const vt = scratch.Take(d * tp);
     float* const ds = scratch.Take(t * tp);
     float* const pc = scratch.Take(t * tp);
@@ -1076,7 +1103,8 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         const float* q = x.at(0, h);
         const float* k = x.at(1, h);
         const float* go = g.at(0, h);
-        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        const float* st = HeadStats(stats, L, bi, h0 + h);
+        isa.transpose(x.at(1, h), x.ld, t, d, tp, kt);
         isa.transpose(x.at(2, h), x.ld, t, d, tp, vt);
         float* dq = y.at(0, h);
         float* dk = y.at(1, h);
@@ -1084,13 +1112,16 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           float* dsc = ds + c0 * tp;
-          PrefetchProbs(pr, c0, rows, t);
-          // dP = dO v^T on the causal blocks, then dS = scale * P (dP -
-          // rowsum(P dP)) in place, zero after the diagonal.
+          float* pcc = pc + c0 * tp;
+          // P as the forward computed it, then dP = dO v^T on the causal
+          // blocks, then dS = scale * P (dP - rowsum(P dP)) in place, zero
+          // after the diagonal.
+          ScoresChunk(isa, q, x.ld, kt, d, c0, rows, t, pcc);
+          RecomputeChunk(pcc, c0, rows, t, scale, st);
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
                            .aps = 1, .b = vt, .ldb = tp, .c = dsc, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
-          SoftmaxBackwardChunk(dsc, c0, rows, t, pr, scale, pc + c0 * tp);
+          SoftmaxBackwardChunk(dsc, c0, rows, t, pcc, scale);
           // dq = dS k.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = dsc, .ars = tp, .aps = 1, .b = k,
                            .ldb = x.ld, .c = dq + c0 * y.ld, .ldc = y.ld, .band = Band::kUpTo,
@@ -1108,7 +1139,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
 }
 
 // The bf16 pair form of AttentionForward.
-void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* probs,
+void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* stats,
                            float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
@@ -1130,17 +1161,13 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
       for (int64_t h = 0; h < hn; ++h) {
         const Pair* q = x.at(0, h);
         BF16* o = y.at(0, h);
-        float* pr = probs != nullptr ? probs + ((bi * L.heads + h0 + h) * t) * t : nullptr;
+        float* st = HeadStats(stats, L, bi, h0 + h);
         isa.transpose(x.at(1, h), x.ld, t, dw, tp, kt);
         InterleavePairRows(x.at(2, h), x.ld, t, d, vi);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          if (pr != nullptr) PrefetchProbs(pr, c0, rows, t);
-          RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = q + c0 * x.ld,
-                                      .ars = x.ld, .aps = 1, .b = kt, .ldb = tp,
-                                      .c = s, .ldc = tp, .causal_cols = true,
-                                      .row0 = c0});
-          SoftmaxChunk(s, c0, rows, t, scale, pr);
+          ScoresChunk(isa, q, x.ld, kt, 2 * dw, c0, rows, t, s);
+          SoftmaxChunk(s, c0, rows, t, scale, st);
           // P rounded to bf16 over the columns P v reads.
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
@@ -1160,16 +1187,17 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* p
 // twice over: pairs along rows for dq = dS k, pairs across rows for the
 // transposed products dk = dS^T q and dv = P^T dO.
 void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
-                            const float* probs, BF16* dqkv, float scale) {
+                            const float* stats, BF16* dqkv, float scale) {
   const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
   const int64_t block = tp * dw;
-  ParallelFor(L.tasks(), L.group * t * (2 * t + 7 * d), [&](int64_t first, int64_t last) {
+  ParallelFor(L.tasks(), L.group * t * (3 * t + 8 * d), [&](int64_t first, int64_t last) {
     Scratch scratch({PackedPairsSize(3, L, block), PackedPairsSize(1, L, block), dw * tp,
-                     tp / 2 * d, tp / 2 * d, tp / 2 * d, kRowChunk * tp / 2, tp / 2 * tp,
-                     tp / 2 * tp, kRowChunk * tp, kRowChunk * tp});
+                     dw * tp, tp / 2 * d, tp / 2 * d, tp / 2 * d, kRowChunk * tp / 2,
+                     tp / 2 * tp, tp / 2 * tp, kRowChunk * tp, kRowChunk * tp});
     Pair* const in = scratch.TakeZeroed<Pair>(PackedPairsSize(3, L, block));
     Pair* const gin = scratch.TakeZeroed<Pair>(PackedPairsSize(1, L, block));
+    Pair* const kt = scratch.TakeZeroed<Pair>(dw * tp);
     Pair* const vt = scratch.TakeZeroed<Pair>(dw * tp);
     Pair* const qi = scratch.TakeZeroed<Pair>(tp / 2 * d);
     Pair* const ki = scratch.TakeZeroed<Pair>(tp / 2 * d);
@@ -1186,7 +1214,8 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
       const Blocks<BF16> y = InPlaceBlocks(dqkv, 3, L, bi, h0);
       for (int64_t h = 0; h < hn; ++h) {
         const Pair* go = g.at(0, h);
-        const float* pr = probs + ((bi * L.heads + h0 + h) * t) * t;
+        const float* st = HeadStats(stats, L, bi, h0 + h);
+        isa.transpose(x.at(1, h), x.ld, t, dw, tp, kt);
         InterleavePairRows(x.at(0, h), x.ld, t, d, qi);
         InterleavePairRows(x.at(1, h), x.ld, t, d, ki);
         InterleavePairRows(go, g.ld, t, d, gi);
@@ -1196,12 +1225,14 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         BF16* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          PrefetchProbs(pr, c0, rows, t);
+          // P as the forward computed it, then dP = dO v^T and dS.
+          ScoresChunk(isa, x.at(0, h), x.ld, kt, 2 * dw, c0, rows, t, pc);
+          RecomputeChunk(pc, c0, rows, t, scale, st);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * g.ld,
                                       .ars = g.ld, .aps = 1, .b = vt, .ldb = tp,
                                       .c = ds, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxBackwardChunk(ds, c0, rows, t, pr, scale, pc);
+          SoftmaxBackwardChunk(ds, c0, rows, t, pc, scale);
           // The chunk's rows are zero from column c0 + rows on: only the
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
@@ -1230,38 +1261,38 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
 
 }  // namespace
 
-absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tensor& probs,
+absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tensor& stats,
                                                    const Tensor& qkv, int64_t t, int64_t b,
                                                    int64_t heads, int64_t head_dim,
                                                    double scale) {
   const Layout layout(t, b, heads, head_dim);
-  float* pr = probs.defined() ? probs.data<float>() : nullptr;
+  float* st = stats.defined() ? stats.data<float>() : nullptr;
   if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
-    AttentionForwardPairs(layout, qkv.data<BF16>(), ctx.data<BF16>(), pr,
+    AttentionForwardPairs(layout, qkv.data<BF16>(), ctx.data<BF16>(), st,
                           static_cast<float>(scale));
     return absl::OkStatus();
   }
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AttentionForward<T>(layout, qkv.data<T>(), ctx.data<T>(), pr, static_cast<float>(scale));
+    AttentionForward<T>(layout, qkv.data<T>(), ctx.data<T>(), st, static_cast<float>(scale));
   });
   return absl::OkStatus();
 }
 
 absl::Status CpuDeviceKernels::CausalSelfAttentionBackward(const Tensor& dqkv,
                                                            const Tensor& grad_ctx,
-                                                           const Tensor& qkv, const Tensor& probs,
+                                                           const Tensor& qkv, const Tensor& stats,
                                                            int64_t t, int64_t b, int64_t heads,
                                                            int64_t head_dim, double scale) {
   const Layout layout(t, b, heads, head_dim);
   if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
-    AttentionBackwardPairs(layout, qkv.data<BF16>(), grad_ctx.data<BF16>(), probs.data<float>(),
+    AttentionBackwardPairs(layout, qkv.data<BF16>(), grad_ctx.data<BF16>(), stats.data<float>(),
                            dqkv.data<BF16>(), static_cast<float>(scale));
     return absl::OkStatus();
   }
   DispatchFloat(qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AttentionBackward<T>(layout, qkv.data<T>(), grad_ctx.data<T>(), probs.data<float>(),
+    AttentionBackward<T>(layout, qkv.data<T>(), grad_ctx.data<T>(), stats.data<float>(),
                          dqkv.data<T>(), static_cast<float>(scale));
   });
   return absl::OkStatus();

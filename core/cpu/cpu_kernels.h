@@ -76,11 +76,11 @@ class CpuDeviceKernels final : public DeviceKernels {
                            int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
                            int64_t stride_b, float beta, DType c_dtype, void* c, int64_t ldc,
                            int64_t stride_c) override;
-  absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& probs, const Tensor& qkv,
+  absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& stats, const Tensor& qkv,
                                    int64_t t, int64_t b, int64_t heads, int64_t head_dim,
                                    double scale) override;  // attention_kernels.cc
   absl::Status CausalSelfAttentionBackward(const Tensor& dqkv, const Tensor& grad_ctx,
-                                           const Tensor& qkv, const Tensor& probs, int64_t t,
+                                           const Tensor& qkv, const Tensor& stats, int64_t t,
                                            int64_t b, int64_t heads, int64_t head_dim,
                                            double scale) override;
 };
