@@ -12,8 +12,11 @@
 // causal part of every product is computed: score row block [i0, i0 + r)
 // needs keys below i0 + r (rounded up to 16 columns), P v and dS k reduce
 // over those keys only, and P^T dO and dS^T q over the queries from the
-// block's first row on. Softmax statistics, accumulation and the saved
-// probabilities are f32.
+// block's first row on. Softmax statistics and accumulation are f32. The
+// forward keeps two statistics per row of P (SoftmaxChunk), and the
+// backward recomputes each chunk's scores and P from them with the
+// forward's own code (ScoresChunk, RecomputeChunk), so P is the forward's
+// bit for bit without going to memory and back.
 //
 // The products run on one register-blocked tile (AVX-512, chosen at run
 // time, as core/small_gemm.cc does for whole products) or a portable loop
