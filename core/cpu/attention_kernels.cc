@@ -53,6 +53,7 @@
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
 #include "core/cpu/vec_math.h"
+#include "core/cpu/vec_math_avx512.h"
 
 namespace tpx::cpu {
 namespace {
@@ -116,10 +117,15 @@ using PairTileBf16Fn = PairTileOf<BF16>;
 using TransposeFn = void (*)(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t tp,
                              void* xt);
 
+// x[0..len) = Exp(scale * x - mx) in place, x[len..n) = 0, n a multiple of
+// 16 (a row of P before its scaling).
+using ExpRowFn = void (*)(float* x, int64_t len, int64_t n, float scale, float mx);
+
 struct Isa {
   TileFn tile;
   int (*rows_per_tile)(int64_t vectors);
   TransposeFn transpose;
+  ExpRowFn exp_row;
   PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
   PairTileBf16Fn pair_tile_bf16 = nullptr;
 };
@@ -342,6 +348,21 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
   }
 }
 
+// ExpRowFn in AVX-512 intrinsics: Exp16 (core/cpu/vec_math_avx512.h) is
+// Exp bit for bit at about two thirds of the instructions of the
+// compiler's vectorisation, and the products' rows are whole vectors.
+TPX_AVX512F_TARGET void Avx512ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
+  const __m512 s = _mm512_set1_ps(scale), m = _mm512_set1_ps(mx);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const int64_t keep = len - j;
+    const __mmask16 lanes = keep >= kLanes ? static_cast<__mmask16>(0xffff)
+                            : keep <= 0    ? static_cast<__mmask16>(0)
+                                           : static_cast<__mmask16>((1u << keep) - 1u);
+    const __m512 e = Exp16(_mm512_fmsub_ps(s, _mm512_loadu_ps(x + j), m));
+    _mm512_storeu_ps(x + j, _mm512_maskz_mov_ps(lanes, e));
+  }
+}
+
 // ---- AVX-512 BF16: the same tile on pairs, one vdpbf16ps per pair of
 // reduction steps (two products per f32 lane, f32 accumulation). Same
 // register budget as the f32 tile, so the same rows per tile.
@@ -437,6 +458,14 @@ void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ar
 
 int PortableRowsPerTile(int64_t) { return 8; }
 
+// ExpRowFn, auto-vectorised (the portable form).
+TPX_VECTOR_CLONES void ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
+  // A masked key is 0, as Exp(-inf - mx) is. 32-bit indices: the key
+  // mask is then one compare per vector (n < 2^31: a row of P).
+  const int32_t n32 = static_cast<int32_t>(n), len32 = static_cast<int32_t>(len);
+  for (int32_t j = 0; j < n32; ++j) x[j] = j < len32 ? Exp(scale * x[j] - mx) : 0.0f;
+}
+
 // TransposeFn one element at a time. The scattered stores leave room for
 // few rows' loads in flight: rows far apart (kFarStride) are asked for
 // kAheadRows on.
@@ -471,12 +500,12 @@ const Isa& ActiveIsa() {
       if (forced != "avx512" && __builtin_cpu_supports("avx512bw") &&
           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
           __builtin_cpu_supports("avx512bf16")) {
-        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose,
+        return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512ExpRow,
                    &Avx512Bf16TileAny<float>, &Avx512Bf16TileAny<BF16>};
       }
-      return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose};
+      return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512ExpRow};
     }
-    return Isa{&PortableTile, &PortableRowsPerTile, &PortableTranspose};
+    return Isa{&PortableTile, &PortableRowsPerTile, &PortableTranspose, &ExpRow};
   }();
   return isa;
 }
@@ -595,14 +624,6 @@ TPX_VECTOR_CLONES float RowMax(const float* x, int64_t len, int64_t n, float sca
   return std::isinf(mx) && mx < 0 ? 0.0f : mx;
 }
 
-// x[0..len) = Exp(scale * x - mx) in place, x[len..n) = 0.
-TPX_VECTOR_CLONES void ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
-  // A masked key is 0, as Exp(-inf - mx) is. 32-bit indices: the key
-  // mask is then one compare per vector (n < 2^31: a row of P).
-  const int32_t n32 = static_cast<int32_t>(n), len32 = static_cast<int32_t>(len);
-  for (int32_t j = 0; j < n32; ++j) x[j] = j < len32 ? Exp(scale * x[j] - mx) : 0.0f;
-}
-
 // sum(x) over [0, n).
 TPX_VECTOR_CLONES float RowSum(const float* x, int64_t n) {
   return Sum8(n, [x](int64_t j) { return x[j]; });
@@ -644,7 +665,8 @@ int64_t ZeroEnd(int64_t i, int64_t c0, int64_t rows, int64_t tp) {
 // masked, and the columns after it that the products read are zeroed
 // (ZeroEnd). Unless stats is null, row i's statistics go to stats[2i],
 // stats[2i + 1].
-void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, float* stats) {
+void SoftmaxChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t t, float scale,
+                  float* stats) {
   const int64_t tp = RoundUp(t, kLanes);
   // Each step for all the rows before the next: a row's sum is one chain of
   // dependent additions, and with nothing in between, the chains of
@@ -654,7 +676,7 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
     mx[i - c0] = RowMax(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    ExpRow(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale, mx[i - c0]);
+    isa.exp_row(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale, mx[i - c0]);
   }
   for (int64_t i = c0; i < c0 + rows; ++i) {
     sum[i - c0] = RowSum(s + (i - c0) * tp, RoundUp(i + 1, kLanes));
@@ -676,13 +698,13 @@ void SoftmaxChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale, fl
 // c0 + rows) (s: [rows, tp], as the forward's product computed them), from
 // the statistics SoftmaxChunk kept: the same exponentials, scaled by the
 // same reciprocal.
-void RecomputeChunk(float* s, int64_t c0, int64_t rows, int64_t t, float scale,
+void RecomputeChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t t, float scale,
                     const float* stats) {
   const int64_t tp = RoundUp(t, kLanes);
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
-    ExpRow(row, i + 1, n, scale, stats[kStatsPerRow * i]);
+    isa.exp_row(row, i + 1, n, scale, stats[kStatsPerRow * i]);
     ScaleRow(row, n, stats[kStatsPerRow * i + 1]);
     std::fill(row + n, row + std::max(n, ZeroEnd(i, c0, rows, tp)), 0.0f);
   }
@@ -1070,7 +1092,7 @@ void AttentionForward(const Layout& L, const T* qkv, T* ctx, float* stats, float
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           ScoresChunk(isa, q, x.ld, kt, d, c0, rows, t, s);
-          SoftmaxChunk(s, c0, rows, t, scale, st);
+          SoftmaxChunk(isa, s, c0, rows, t, scale, st);
           // ctx = P v over the keys each row block sees.
           RunProduct(isa, {.m = rows, .n = d, .k = t, .a = s, .ars = tp, .aps = 1,
                            .b = v, .ldb = x.ld, .c = o + c0 * y.ld, .ldc = y.ld,
@@ -1120,7 +1142,7 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
           // blocks, then dS = scale * P (dP - rowsum(P dP)) in place, zero
           // after the diagonal.
           ScoresChunk(isa, q, x.ld, kt, d, c0, rows, t, pcc);
-          RecomputeChunk(pcc, c0, rows, t, scale, st);
+          RecomputeChunk(isa, pcc, c0, rows, t, scale, st);
           RunProduct(isa, {.m = rows, .n = tp, .k = d, .a = go + c0 * g.ld, .ars = g.ld,
                            .aps = 1, .b = vt, .ldb = tp, .c = dsc, .ldc = tp,
                            .causal_cols = true, .row0 = c0});
@@ -1170,7 +1192,7 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* s
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           ScoresChunk(isa, q, x.ld, kt, 2 * dw, c0, rows, t, s);
-          SoftmaxChunk(s, c0, rows, t, scale, st);
+          SoftmaxChunk(isa, s, c0, rows, t, scale, st);
           // P rounded to bf16 over the columns P v reads.
           for (int64_t i = 0; i < rows; ++i) {
             const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
@@ -1230,7 +1252,7 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           const int64_t rows = std::min(kRowChunk, t - c0);
           // P as the forward computed it, then dP = dO v^T and dS.
           ScoresChunk(isa, x.at(0, h), x.ld, kt, 2 * dw, c0, rows, t, pc);
-          RecomputeChunk(pc, c0, rows, t, scale, st);
+          RecomputeChunk(isa, pc, c0, rows, t, scale, st);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * g.ld,
                                       .ars = g.ld, .aps = 1, .b = vt, .ldb = tp,
                                       .c = ds, .ldc = tp, .causal_cols = true,

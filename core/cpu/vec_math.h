@@ -6,6 +6,7 @@
 #define TPX_CORE_CPU_VEC_MATH_H_
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -44,19 +45,22 @@ TPX_VEC_INLINE float Exp(float x) {
   float xc = x > -104.0f ? x : -104.0f;
   xc = xc < 89.0f ? xc : 89.0f;
   // n = round(x / ln2) via the 1.5 * 2^23 trick (exact for |n| < 2^22).
+  // The multiply-adds are explicit fused ones, so the result does not
+  // depend on whether the compiler contracts them (it does when optimising,
+  // not at -O0), and core/cpu/vec_math_avx512.h's Exp16 gives the same bits.
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kRound = 12582912.0f;
-  const float n = (xc * kLog2e + kRound) - kRound;
+  const float n = std::fma(xc, kLog2e, kRound) - kRound;
   // r = x - n ln2 in two steps for accuracy.
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
+  float r = std::fma(-n, 0.693359375f, xc);
+  r = std::fma(-n, -2.12194440e-4f, r);
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r) + 1.0f;
   // Multiply by 2^n as 2^n1 * 2^n2 so n in [-150, 129] never leaves the
   // normal exponent range of either factor.
   const int32_t ni = static_cast<int32_t>(n);
