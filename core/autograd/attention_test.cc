@@ -29,13 +29,15 @@ struct Case {
 
 // Sizes around the kernel's blocks: t = 1, t not a multiple of 16 or of any
 // tile's rows, head_dim below, at and above one 16-float vector and above a
-// 64-column tile (80), ones that are not a multiple of 16 (24, 40, 48), and
+// 64-column tile (80), ones that are not a multiple of 16 (24, 40, 48),
 // odd ones (15, 33: bf16 pairs then straddle heads, so the pair form packs
-// its operands instead of reading them in place).
+// its operands instead of reading them in place), many row chunks (t 300),
+// and rows of qkv far apart (b 8: the in-place reads ask for rows ahead).
 const Case kCases[] = {
     {1, 1, 1, 16},  {1, 3, 2, 32},  {5, 2, 3, 32},   {16, 1, 1, 64}, {17, 3, 2, 64},
     {33, 1, 4, 80}, {20, 2, 1, 24}, {70, 1, 2, 16},  {128, 2, 4, 32}, {45, 2, 4, 48},
-    {31, 3, 3, 40}, {49, 2, 1, 80}, {19, 2, 3, 15},  {40, 1, 2, 33},
+    {31, 3, 3, 40}, {49, 2, 1, 80}, {19, 2, 3, 15},  {40, 1, 2, 33},  {300, 1, 2, 32},
+    {40, 8, 4, 32},
 };
 
 std::vector<float> Floats(const Tensor& t) { return t.To(DType::kF32)->ToVector<float>(); }
