@@ -59,7 +59,7 @@ namespace tpx::cpu {
 namespace {
 
 // The pair form's functions (ActiveIsa checks the CPU for all of these).
-#define TPX_PAIR_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define TPX_PAIR_TARGET TPX_AVX512BF16_TARGET
 
 constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
@@ -161,28 +161,18 @@ __attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR]
   }
 }
 
-// As StoreTile, rounding to bf16 on the way (the pair form's results go
-// straight into the bf16 tensor): vcvtneps2bf16 as FloatToBF16Array rounds,
-// and as there, a vector holding a subnormal, which that instruction
-// flushes, takes the scalar formula. Same bits as rounding the f32 tile.
+// As StoreTile, rounding to bf16 on the way as FloatToBF16Array does (the
+// pair form's results go straight into the bf16 tensor): same bits as
+// rounding the f32 tile.
 template <int MR, int NV>
-TPX_PAIR_TARGET inline void StoreTile(
-    const __m512 (&acc)[MR][NV], BF16* c, int64_t ldc, __mmask16 last) {
+TPX_PAIR_TARGET inline void StoreTile(const __m512 (&acc)[MR][NV], BF16* c, int64_t ldc,
+                                      __mmask16 last) {
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      BF16* dst = c + r * ldc + kLanes * v;
-      const __mmask16 mask = v < NV - 1 ? static_cast<__mmask16>(0xffff) : last;
-      if (_mm512_mask_fpclass_ps_mask(mask, acc[r][v], 0x20) != 0) {  // 0x20: subnormal
-        alignas(64) float lanes[kLanes];
-        _mm512_store_ps(lanes, acc[r][v]);
-        for (int j = 0; j < kLanes; ++j) {
-          if ((mask >> j) & 1) dst[j].bits = FloatToBF16(lanes[j]);
-        }
-        continue;
-      }
-      _mm256_mask_storeu_epi16(dst, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][v])));
+      StoreBF16Lanes(c + r * ldc + kLanes * v, acc[r][v],
+                     v < NV - 1 ? static_cast<__mmask16>(0xffff) : last);
     }
   }
 }

@@ -2,11 +2,6 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TPX_HAVE_AVX512BF16_PATH 1
-#endif
-
 #include "core/cpu/vec_math.h"
 
 namespace tpx::cpu {
@@ -14,7 +9,7 @@ namespace bf16_convert_internal {
 namespace {
 
 #if defined(TPX_HAVE_AVX512BF16_PATH)
-#define TPX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#define TPX_BF16_TARGET TPX_AVX512BF16_TARGET
 
 bool CpuHasAvx512Bf16() {
   __builtin_cpu_init();
@@ -23,15 +18,10 @@ bool CpuHasAvx512Bf16() {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 }
 
-// Up to 16 elements under a mask; a subnormal among them takes the formula.
+// Up to 16 elements under a mask.
 TPX_BF16_TARGET inline void ConvertMasked16(const float* in, BF16* out, int n) {
   const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-  const __m512 v = _mm512_maskz_loadu_ps(m, in);
-  if (_mm512_fpclass_ps_mask(v, 0x20) != 0) {  // 0x20: subnormal
-    for (int i = 0; i < n; ++i) out[i].bits = FloatToBF16(in[i]);
-    return;
-  }
-  _mm256_mask_storeu_epi16(out, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  StoreBF16Lanes(out, _mm512_maskz_loadu_ps(m, in), m);
 }
 
 TPX_BF16_TARGET void ConvertAvx512Bf16(const float* in, BF16* out, int64_t n) {

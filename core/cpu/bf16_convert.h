@@ -19,6 +19,14 @@
 
 #include "core/dtype.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TPX_HAVE_AVX512BF16_PATH 1
+// Functions using the AVX512-BF16 rounding below (callers check the CPU).
+#define TPX_AVX512BF16_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+#endif
+
 namespace tpx::cpu {
 
 // out[i] = BF16::FromFloat(in[i]) for i in [0, n). in and out must not overlap.
@@ -26,6 +34,24 @@ void FloatToBF16Array(const float* in, BF16* out, int64_t n);
 
 // The implementation FloatToBF16Array uses on this CPU: "avx512bf16" or "portable".
 std::string_view FloatToBF16ArrayIsa();
+
+#if defined(TPX_HAVE_AVX512BF16_PATH)
+// The lanes of v under `mask` rounded as FloatToBF16Array rounds, into
+// out[j] for those lanes (the others are not written): one vcvtneps2bf16,
+// or the scalar formula for a vector holding a subnormal, which that
+// instruction flushes to zero.
+TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 mask) {
+  if (_mm512_mask_fpclass_ps_mask(mask, v, 0x20) != 0) {  // 0x20: subnormal
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, v);
+    for (int j = 0; j < 16; ++j) {
+      if ((mask >> j) & 1) out[j].bits = FloatToBF16(lanes[j]);
+    }
+    return;
+  }
+  _mm256_mask_storeu_epi16(out, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+#endif
 
 namespace bf16_convert_internal {
 // The two implementations, for tests. Avx512Bf16 returns false (converting
