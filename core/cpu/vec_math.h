@@ -32,6 +32,21 @@
 
 namespace tpx::cpu {
 
+// Exp's constants, shared with core/cpu/vec_math_avx512.h's Exp16 (which
+// must give the same bits).
+namespace exp_constants {
+// The clamp: 2^n then stays within two normal-exponent factors.
+inline constexpr float kMin = -104.0f, kMax = 89.0f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+// 1.5 * 2^23: adding and subtracting it rounds to an integer.
+inline constexpr float kRound = 12582912.0f;
+// ln 2 in two parts (Cody-Waite).
+inline constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+// The polynomial's coefficients, highest degree first.
+inline constexpr float kP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_constants
+
 // e^x with at most ~2 ulp error over the float range (Cody-Waite range
 // reduction, degree-6 minimax polynomial on [-ln2/2, ln2/2]). Correct
 // limits: e^-inf = 0, e^+inf = +inf, overflow to +inf above ~88.72,
@@ -42,24 +57,20 @@ TPX_VEC_INLINE float Exp(float x) {
   // put back at the end), which also keeps the integer conversion below
   // defined. Keeping NaN through the clamp instead made GCC compute the
   // polynomial twice and blend the results.
-  float xc = x > -104.0f ? x : -104.0f;
-  xc = xc < 89.0f ? xc : 89.0f;
+  using namespace exp_constants;
+  float xc = x > kMin ? x : kMin;
+  xc = xc < kMax ? xc : kMax;
   // n = round(x / ln2) via the 1.5 * 2^23 trick (exact for |n| < 2^22).
   // The multiply-adds are explicit fused ones, so the result does not
   // depend on whether the compiler contracts them (it does when optimising,
   // not at -O0), and core/cpu/vec_math_avx512.h's Exp16 gives the same bits.
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kRound = 12582912.0f;
   const float n = std::fma(xc, kLog2e, kRound) - kRound;
   // r = x - n ln2 in two steps for accuracy.
-  float r = std::fma(-n, 0.693359375f, xc);
-  r = std::fma(-n, -2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
+  float r = std::fma(-n, kLn2Hi, xc);
+  r = std::fma(-n, kLn2Lo, r);
+  float p = kP[0];
+#pragma GCC unroll 5
+  for (int i = 1; i < 6; ++i) p = std::fma(p, r, kP[i]);
   p = std::fma(p, r * r, r) + 1.0f;
   // Multiply by 2^n as 2^n1 * 2^n2 so n in [-150, 129] never leaves the
   // normal exponent range of either factor.

@@ -13,6 +13,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
+#include "core/cpu/vec_math.h"
+
 #define TPX_HAVE_AVX512_EXP 1
 #define TPX_AVX512F_TARGET __attribute__((target("avx512f")))
 
@@ -27,20 +29,17 @@ TPX_AVX512F_TARGET inline __m512 Exp16(__m512 x) {
   // put back at the end. The zero-masking forms with every lane: the plain
   // ones start from _mm512_undefined_ps(), which GCC 12 reports as used
   // uninitialized.
+  using namespace exp_constants;
   constexpr __mmask16 kAll = 0xffff;
-  __m512 xc = _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(-104.0f));
-  xc = _mm512_maskz_min_ps(kAll, xc, _mm512_set1_ps(89.0f));
-  const __m512 round = _mm512_set1_ps(12582912.0f);
-  const __m512 n =
-      _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), round), round);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 xc = _mm512_maskz_max_ps(kAll, x, _mm512_set1_ps(kMin));
+  xc = _mm512_maskz_min_ps(kAll, xc, _mm512_set1_ps(kMax));
+  const __m512 round = _mm512_set1_ps(kRound);
+  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(kLog2e), round), round);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kP[0]);
+#pragma GCC unroll 5
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kP[i]));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   const __m512 result = _mm512_maskz_scalef_ps(kAll, p, n);
   return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
