@@ -569,11 +569,12 @@ void RunProduct(const Isa& isa, const PairToBf16Product& p) {
   RunBandedProduct(isa.pair_tile_bf16, isa.rows_per_tile, p);
 }
 
-// The unnormalised half of a softmax row, in two steps so that a chunk's
-// rows run each step one after another (SoftmaxChunk): each step is a
-// short chain of dependent operations per row (a reduction tree, a
-// polynomial), and with a row's exponentials waiting on its own maximum,
-// rows of a few vectors left the core idle between chains. Together:
+// The unnormalised half of a softmax row, in two steps (RowMax, then the
+// Isa's exp_row) so that a chunk's rows run each step one after another
+// (SoftmaxChunk): each step is a short chain of dependent operations per
+// row (a reduction tree, a polynomial), and with a row's exponentials
+// waiting on its own maximum, rows of a few vectors left the core idle
+// between chains. Together:
 // x[0..len) = exp(scale * x - max(scale * x)) in place and x[len..n) = 0
 // (the keys after the diagonal), 1 <= len <= n, n a multiple of 16. Whole
 // vectors, the keys from len on masked here (whatever they hold): with the
@@ -809,22 +810,31 @@ void Pack(const T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, in
   }
 }
 
+// Asks for the task's runs of time step i + kAheadRows of x (its heads'
+// columns of every part), if there is one. Time steps are a whole row of x
+// apart, each on its own page, where the hardware prefetchers stop: the
+// sequential passes over a task's rows (PackPairs reading, Unpack writing)
+// ask a few steps ahead.
+template <typename T>
+void PrefetchRunsAhead(const T* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
+                       int64_t hn, int64_t i) {
+  if (i + kAheadRows >= L.t) return;
+  const int64_t width = parts * L.heads * L.d;
+  const int64_t run_bytes = hn * L.d * static_cast<int64_t>(sizeof(T));
+  const T* ahead = x + ((i + kAheadRows) * L.b + bi) * width;
+  for (int64_t part = 0; part < parts; ++part) {
+    const char* run = reinterpret_cast<const char*>(ahead + (part * L.heads + h0) * L.d);
+    for (int64_t off = 0; off < run_bytes; off += 64) PrefetchLine(run + off);
+  }
+}
+
 template <typename T>
 void Unpack(const float* packed, int64_t parts, const Layout& L, int64_t bi, int64_t h0,
             int64_t hn, T* x) {
   const int64_t width = parts * L.heads * L.d, td = L.t * L.d;
-  const int64_t run_bytes = hn * L.d * static_cast<int64_t>(sizeof(T));
   for (int64_t i = 0; i < L.t; ++i) {
     T* row = x + (i * L.b + bi) * width;
-    // As in PackPairs: each time step's runs are on their own page; the
-    // lines written a few steps on are asked for now.
-    if (i + kAheadRows < L.t) {
-      const T* ahead = row + kAheadRows * L.b * width;
-      for (int64_t part = 0; part < parts; ++part) {
-        const char* run = reinterpret_cast<const char*>(ahead + (part * L.heads + h0) * L.d);
-        for (int64_t off = 0; off < run_bytes; off += 64) PrefetchLine(run + off);
-      }
-    }
+    PrefetchRunsAhead<T>(x, parts, L, bi, h0, hn, i);
     for (int64_t part = 0; part < parts; ++part) {
       for (int64_t h = 0; h < hn; ++h) {
         const float* src = packed + (part * hn + h) * td + i * L.d;
@@ -912,19 +922,9 @@ void WriteResults(const float* packed, int64_t parts, const Layout& L, int64_t b
 void PackPairs(const BF16* x, int64_t parts, const Layout& L, int64_t bi, int64_t h0, int64_t hn,
                int64_t block, Pair* packed) {
   const int64_t width = parts * L.heads * L.d, dw = (L.d + 1) / 2;
-  const int64_t run_bytes = hn * L.d * static_cast<int64_t>(sizeof(BF16));
   for (int64_t i = 0; i < L.t; ++i) {
     const BF16* row = x + (i * L.b + bi) * width;
-    // Time steps are a whole row of x apart, each on its own page, where
-    // the hardware prefetchers stop: the group's runs a few steps ahead are
-    // asked for explicitly.
-    if (i + kAheadRows < L.t) {
-      const BF16* ahead = row + kAheadRows * L.b * width;
-      for (int64_t part = 0; part < parts; ++part) {
-        const char* run = reinterpret_cast<const char*>(ahead + (part * L.heads + h0) * L.d);
-        for (int64_t off = 0; off < run_bytes; off += 64) PrefetchLine(run + off);
-      }
-    }
+    PrefetchRunsAhead(x, parts, L, bi, h0, hn, i);
     for (int64_t part = 0; part < parts; ++part) {
       for (int64_t h = 0; h < hn; ++h) {
         const BF16* src = row + (part * L.heads + h0 + h) * L.d;
