@@ -42,7 +42,8 @@ absl::StatusOr<CausalSelfAttentionResult> CausalSelfAttention(const Tensor& qkv,
   CausalSelfAttentionResult r;
   TPX_ASSIGN_OR_RETURN(r.ctx, Tensor::Empty({t, b, heads * head_dim}, qkv.dtype(), qkv.device()));
   if (keep_stats) {
-    TPX_ASSIGN_OR_RETURN(r.stats, Tensor::Empty({b * heads, t, 2}, DType::kF32, qkv.device()));
+    TPX_ASSIGN_OR_RETURN(r.stats, Tensor::Empty({b * heads, t, kAttentionStatsPerRow},
+                                                 DType::kF32, qkv.device()));
   }
   if (t > 0 && b > 0) {
     TPX_RETURN_IF_ERROR(k->CausalSelfAttention(r.ctx, r.stats, qc, t, b, heads, head_dim, scale));
@@ -64,10 +65,11 @@ absl::StatusOr<Tensor> CausalSelfAttentionBackward(const Tensor& grad_ctx, const
                                                    heads * head_dim, "] of qkv's dtype (qkv ",
                                                    qkv.ToString(), ")"));
   }
-  if (stats.dtype() != DType::kF32 || stats.shape() != Shape{b * heads, t, 2}) {
+  if (stats.dtype() != DType::kF32 ||
+      stats.shape() != Shape{b * heads, t, kAttentionStatsPerRow}) {
     return absl::InvalidArgumentError(absl::StrCat(kOp, ": stats ", stats.ToString(),
-                                                   " must be f32 [", b * heads, ", ", t,
-                                                   ", 2] (the forward's)"));
+                                                   " must be f32 [", b * heads, ", ", t, ", ",
+                                                   kAttentionStatsPerRow, "] (the forward's)"));
   }
   TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&grad_ctx, &qkv, &stats}));
   TPX_ASSIGN_OR_RETURN(Tensor gc, grad_ctx.Contiguous());

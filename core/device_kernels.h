@@ -36,6 +36,10 @@
 
 namespace tpx {
 
+// Floats per row of P that causal self-attention keeps for its backward
+// (DeviceKernels::CausalSelfAttention's stats).
+inline constexpr int64_t kAttentionStatsPerRow = 2;
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -203,9 +207,9 @@ class DeviceKernels {
   // h of q at columns [h * head_dim, (h + 1) * head_dim)). ----
   // Per (batch row, head): ctx = P v with P = softmax(scale * q k^T), row i
   // seeing keys j <= i. ctx is [t, b, heads * head_dim] of qkv's dtype;
-  // stats (f32 [b * heads, t, 2]) receives what the kernels' backward needs
-  // to recompute P (per row of P, as ops::CausalSelfAttentionResult says),
-  // or is undefined when not wanted.
+  // stats (f32 [b * heads, t, kAttentionStatsPerRow]) receives what the
+  // kernels' backward needs to recompute P (per row of P, as
+  // ops::CausalSelfAttentionResult says), or is undefined when not wanted.
   virtual absl::Status CausalSelfAttention(const Tensor& ctx, const Tensor& stats,
                                            const Tensor& qkv, int64_t t, int64_t b,
                                            int64_t heads, int64_t head_dim, double scale);

@@ -636,12 +636,13 @@ TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, 
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
 }
 
-// The softmax statistics of a row kept for the backward (two floats per
-// row): the maximum of its scaled scores and the reciprocal of its sum of
-// exponentials, from which the backward recomputes P exactly as the
-// forward computed it (RecomputeChunk) instead of keeping P itself, t^2
-// floats per head that went to memory and came back.
-constexpr int64_t kStatsPerRow = 2;
+// The softmax statistics of a row kept for the backward: the maximum of
+// its scaled scores and the reciprocal of its sum of exponentials, from
+// which the backward recomputes P exactly as the forward computed it
+// (RecomputeChunk) instead of keeping P itself, t^2 floats per head that
+// went to memory and came back.
+constexpr int64_t kStatsPerRow = kAttentionStatsPerRow;
+static_assert(kStatsPerRow == 2);
 
 // The columns of P row i (P's rows [c0, c0 + rows) in a [rows, tp] block)
 // that the products read: whole vectors to past the diagonal, and for the
