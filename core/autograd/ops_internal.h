@@ -67,8 +67,10 @@ inline absl::StatusOr<Tensor> ReduceTo(const Tensor& g, const Shape& shape) {
   return ops::SumTo(g, shape);
 }
 
-// A 0-d zero of g's dtype, for Where-based masking.
-inline absl::StatusOr<Tensor> ZeroLike0d(const Tensor& g) { return Tensor::Zeros({}, g.dtype()); }
+// A 0-d zero of g's dtype on g's device, for Where-based masking.
+inline absl::StatusOr<Tensor> ZeroLike0d(const Tensor& g) {
+  return Tensor::Zeros({}, g.dtype(), g.device());
+}
 
 }  // namespace tpx::ag::internal
 
