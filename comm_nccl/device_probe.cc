@@ -47,9 +47,9 @@ ProbeResult Probe() {
   return result;
 }
 
-}  // namespace
-
-int VisibleCudaDevices(std::string* why) {
+// One probe in a forked child. It must run before this process initialises
+// CUDA: a child forked after that cannot use CUDA, so cuInit fails there.
+int ProbeInChild(std::string* why) {
   int fds[2];
   if (::pipe(fds) != 0) {
     *why = "pipe() failed";
@@ -90,6 +90,24 @@ int VisibleCudaDevices(std::string* why) {
   }
   why->clear();
   return result.count;
+}
+
+}  // namespace
+
+int VisibleCudaDevices(std::string* why) {
+  // The first answer is kept, so that a test which probes again after it
+  // initialised CUDA (by loading the plugin, say) still gets the right count.
+  struct Answer {
+    int count;
+    std::string why;
+  };
+  static const Answer answer = [] {
+    Answer a;
+    a.count = ProbeInChild(&a.why);
+    return a;
+  }();
+  *why = answer.why;
+  return answer.count;
 }
 
 }  // namespace tpx::nccl

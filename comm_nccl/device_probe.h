@@ -14,7 +14,8 @@
 namespace tpx::nccl {
 
 // Number of visible CUDA devices; 0 with `*why` set when there are none or
-// the driver is missing.
+// the driver is missing. The first call probes and later calls return its
+// answer, so make the first call before the process initialises CUDA.
 int VisibleCudaDevices(std::string* why);
 
 }  // namespace tpx::nccl
