@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cuda/cuda_status.h"
 #include "core/device_kernels.h"
 #include "core/tensor.h"
@@ -103,9 +104,42 @@ TEST_F(CudaKernelsGpuTest, StridedAddWithMixedDtypesMatchesCpu) {
   ExpectNear(ToHost(out), want, 0);
 }
 
+TEST_F(CudaKernelsGpuTest, ContiguousRunsMatchCpuAroundThePackSize) {
+  // Contiguous operands go through the packed kernels (8 elements a thread),
+  // with an element-by-element tail; a base one element past an aligned one
+  // must take the strided kernel instead. Both must give the CPU's bits.
+  for (int64_t n : {1, 7, 8, 9, 4096 + 5}) {
+    for (int64_t skip : {0, 1}) {
+      for (DType a_dtype : {DType::kF32, DType::kBF16}) {
+        for (DType b_dtype : {DType::kF32, DType::kBF16}) {
+          SCOPED_TRACE(absl::StrCat("n ", n, " skip ", skip, " a ", std::string(DTypeName(a_dtype)),
+                                    " b ", std::string(DTypeName(b_dtype))));
+          Tensor a = *Values({n + skip}, a_dtype).Narrow(0, skip, n);
+          Tensor b = *Values({n + skip}, b_dtype).Narrow(0, skip, n);
+          Tensor da = *ToDevice(Values({n + skip}, a_dtype)).Narrow(0, skip, n);
+          Tensor db = *ToDevice(Values({n + skip}, b_dtype)).Narrow(0, skip, n);
+          Tensor want = Empty({n}, a_dtype, Device::CPU());
+          ASSERT_TRUE(CpuKernels().Binary(BinaryOp::kAdd, want, a, b, 0.5).ok());
+          Tensor got = Empty({n}, a_dtype, Device::CUDA(0));
+          ASSERT_TRUE(k_->Binary(BinaryOp::kAdd, got, da, db, 0.5).ok());
+          ExpectNear(ToHost(got), want, 0);
+          if (a_dtype != b_dtype) continue;
+          Tensor want_gelu = Empty({n}, a_dtype, Device::CPU());
+          ASSERT_TRUE(CpuKernels().Unary(UnaryOp::kGelu, want_gelu, a, 0.0).ok());
+          Tensor got_gelu = Empty({n}, a_dtype, Device::CUDA(0));
+          ASSERT_TRUE(k_->Unary(UnaryOp::kGelu, got_gelu, da, 0.0).ok());
+          // erff differs between the CPU and CUDA libraries by an ulp or so.
+          ExpectNear(ToHost(got_gelu), want_gelu, a_dtype == DType::kF32 ? 1e-6 : 1e-2);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernelsGpuTest, ReduceSoftmaxAndGemmMatchCpu) {
-  // [outer, n, inner]: strided columns, short rows, long rows (block per row).
-  for (Shape s : {Shape{4, 6, 3}, Shape{5, 7, 1}, Shape{2, 300, 1}}) {
+  // [outer, n, inner]: strided columns, short rows, long rows (block per row;
+  // the last in whole packs).
+  for (Shape s : {Shape{4, 6, 3}, Shape{5, 7, 1}, Shape{2, 300, 1}, Shape{3, 520, 1}}) {
     SCOPED_TRACE(ShapeString(s));
     const int64_t outer = s[0], n = s[1], inner = s[2];
     Tensor x = Values(s, DType::kBF16);

@@ -58,6 +58,22 @@ __device__ __forceinline__ T StoreAs(V v) {
   }
 }
 
+// ---- Runs of kPack elements moved as one wide access (up to 16 bytes per
+// instruction, several for wider runs). One element at a time, a warp asks
+// for too few bytes at once to keep HBM busy, most of all for bf16. ----
+inline constexpr int kPack = 8;
+
+template <typename T>
+struct alignas(sizeof(T) * kPack < 16 ? sizeof(T) * kPack : 16) Packed {
+  T v[kPack];
+};
+
+// Whether p may be read or written as Packed<T> (host or device).
+template <typename T>
+__host__ __device__ __forceinline__ bool IsPackAligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % alignof(Packed<T>) == 0;
+}
+
 // ---- Host-side dispatch: fn(Tag<T>{}) with T the element type. ----
 template <typename T>
 struct Tag {

@@ -51,6 +51,42 @@ __global__ void BinaryKernel(StridedLayout l, TO* out, const TA* a, const TB* b,
   }
 }
 
+// ---- Contiguous operands: kPack elements per thread and step (Packed). ----
+
+// UnaryKernel over contiguous, pack-aligned operands; the tail after the last
+// whole pack goes element by element.
+template <typename TO, typename TI, typename F>
+__global__ void UnaryPackedKernel(int64_t n, TO* out, const TI* in, F f) {
+  const int64_t packs = n / kPack;
+  for (int64_t p = GlobalThread(); p < packs; p += GridThreads()) {
+    const Packed<TI> x = reinterpret_cast<const Packed<TI>*>(in)[p];
+    Packed<TO> y;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) y.v[k] = StoreAs<TO>(f(Load(x.v[k])));
+    reinterpret_cast<Packed<TO>*>(out)[p] = y;
+  }
+  for (int64_t i = packs * kPack + GlobalThread(); i < n; i += GridThreads()) {
+    out[i] = StoreAs<TO>(f(Load(in[i])));
+  }
+}
+
+// BinaryKernel over contiguous, pack-aligned operands.
+template <typename TO, typename TA, typename TB, typename F>
+__global__ void BinaryPackedKernel(int64_t n, TO* out, const TA* a, const TB* b, F f) {
+  const int64_t packs = n / kPack;
+  for (int64_t p = GlobalThread(); p < packs; p += GridThreads()) {
+    const Packed<TA> x = reinterpret_cast<const Packed<TA>*>(a)[p];
+    const Packed<TB> y = reinterpret_cast<const Packed<TB>*>(b)[p];
+    Packed<TO> z;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) z.v[k] = StoreAs<TO>(f(Load(x.v[k]), Load(y.v[k])));
+    reinterpret_cast<Packed<TO>*>(out)[p] = z;
+  }
+  for (int64_t i = packs * kPack + GlobalThread(); i < n; i += GridThreads()) {
+    out[i] = StoreAs<TO>(f(Load(a[i]), Load(b[i])));
+  }
+}
+
 template <typename E>
 __global__ void WhereKernel(StridedLayout l, E* out, const uint8_t* cond, const E* a,
                             const E* b) {
@@ -151,16 +187,26 @@ struct GeluBackward {
 
 template <typename TO, typename TI, typename F>
 cudaError_t Unary(const StridedLayout& l, void* out, const void* in, F f, cudaStream_t stream) {
-  UnaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(l, static_cast<TO*>(out),
-                                                           static_cast<const TI*>(in), f);
+  if (l.contiguous && IsPackAligned<TO>(out) && IsPackAligned<TI>(in)) {
+    UnaryPackedKernel<<<BlocksFor((l.numel + kPack - 1) / kPack), kThreads, 0, stream>>>(
+        l.numel, static_cast<TO*>(out), static_cast<const TI*>(in), f);
+  } else {
+    UnaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(l, static_cast<TO*>(out),
+                                                             static_cast<const TI*>(in), f);
+  }
   return cudaGetLastError();
 }
 
 template <typename TO, typename TA, typename TB, typename F>
 cudaError_t Binary(const StridedLayout& l, void* out, const void* a, const void* b, F f,
                    cudaStream_t stream) {
-  BinaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(
-      l, static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), f);
+  if (l.contiguous && IsPackAligned<TO>(out) && IsPackAligned<TA>(a) && IsPackAligned<TB>(b)) {
+    BinaryPackedKernel<<<BlocksFor((l.numel + kPack - 1) / kPack), kThreads, 0, stream>>>(
+        l.numel, static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), f);
+  } else {
+    BinaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(
+        l, static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), f);
+  }
   return cudaGetLastError();
 }
 

@@ -29,12 +29,23 @@ __device__ __forceinline__ TO FinishSum(A acc, float scale) {
   }
 }
 
-template <typename T, typename A, typename TO>
+// kPacked: every row starts pack-aligned and n is a multiple of kPack, so
+// each thread reads whole Packed runs.
+template <typename T, typename A, typename TO, bool kPacked>
 __global__ void SumRowsKernel(const T* in, TO* out, int64_t rows, int64_t n, float scale) {
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* x = in + row * n;
     A acc = 0;
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += static_cast<A>(Load(x[k]));
+    if constexpr (kPacked) {
+      const Packed<T>* runs = reinterpret_cast<const Packed<T>*>(x);
+      for (int64_t r = threadIdx.x; r < n / kPack; r += blockDim.x) {
+        const Packed<T> run = runs[r];
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) acc += static_cast<A>(Load(run.v[j]));
+      }
+    } else {
+      for (int64_t k = threadIdx.x; k < n; k += blockDim.x) acc += static_cast<A>(Load(x[k]));
+    }
     acc = BlockReduce(acc, [](A p, A q) { return p + q; });
     if (threadIdx.x == 0) out[row] = FinishSum<TO>(acc, scale);
   }
@@ -177,7 +188,13 @@ cudaError_t Sum(const void* in, void* out, int64_t outer, int64_t n, int64_t inn
   const T* x = static_cast<const T*>(in);
   TO* y = static_cast<TO*>(out);
   if (UseRowKernel(n, inner)) {
-    SumRowsKernel<T, A, TO><<<RowBlocks(outer), kThreads, 0, stream>>>(x, y, outer, n, scale);
+    if (n % kPack == 0 && IsPackAligned<T>(x)) {
+      SumRowsKernel<T, A, TO, true>
+          <<<RowBlocks(outer), kThreads, 0, stream>>>(x, y, outer, n, scale);
+    } else {
+      SumRowsKernel<T, A, TO, false>
+          <<<RowBlocks(outer), kThreads, 0, stream>>>(x, y, outer, n, scale);
+    }
   } else {
     SumColsKernel<T, A, TO>
         <<<BlocksFor(outer * inner), kThreads, 0, stream>>>(x, y, outer, n, inner, scale);
