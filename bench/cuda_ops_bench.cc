@@ -9,6 +9,8 @@
 //    "cublas_tflops":..,"ratio":..}
 //   {"bench":"cuda_elementwise","op":"add","elements":67108864,"dtype":"f32",
 //    "tpx_gbps":..,"memcpy_gbps":..,"ratio":..}
+//   {"bench":"cuda_fused","op":"layer_norm_bwd","shape":"16384x1024","dtype":"bf16",
+//    "tpx_gbps":..,"memcpy_gbps":..,"ratio":..}
 // and, on a machine without a usable GPU, one line {"bench":"cuda_ops",
 // "skipped":"<reason>"} (exit code 0). Each figure is the median of several
 // repetitions after a warm-up; the device is synchronised around each.
@@ -125,6 +127,81 @@ void ElementwiseCases() {
   }
 }
 
+// GB/s of a device-to-device copy of `bytes`, counting bytes read and written.
+double CopyGbps(int64_t bytes) {
+  const Tensor src = *Tensor::Empty({bytes / 4}, DType::kF32, kGpu);
+  const Tensor dst = *Tensor::Empty({bytes / 4}, DType::kF32, kGpu);
+  const double s = MedianSeconds([&] { TPX_CHECK(dst.CopyFrom(src).ok()); });
+  return 2.0 * static_cast<double>(src.nbytes()) / s / 1e9;
+}
+
+void PrintFused(const char* op, const std::string& shape, DType dtype, double bytes,
+                double seconds, double copy_gbps) {
+  const double gbps = bytes / seconds / 1e9;
+  std::printf(
+      "{\"bench\":\"cuda_fused\",\"op\":\"%s\",\"shape\":\"%s\",\"dtype\":\"%s\","
+      "\"tpx_gbps\":%.1f,\"memcpy_gbps\":%.1f,\"ratio\":%.3f}\n",
+      op, shape.c_str(), std::string(DTypeName(dtype)).c_str(), gbps, copy_gbps,
+      gbps / copy_gbps);
+}
+
+// The fused transformer and training kernels at GPT-like sizes. Bytes are
+// the least each op must move (every input read once, every output written
+// once; f32 statistics and [h] vectors left out), so the ratio to a device
+// copy says how close the op comes to the memory's speed.
+void FusedCases() {
+  const double copy_gbps = CopyGbps(int64_t{1} << 28);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t rows = 16384, h = 1024;
+    const Tensor x = Random({rows, h}, dtype), g = Random({rows, h}, dtype);
+    const Tensor w = Random({h}, DType::kF32), b = Random({h}, DType::kF32);
+    const double bytes = static_cast<double>(x.nbytes());
+    absl::StatusOr<ops::LayerNormResult> f = ops::LayerNorm(x, w, b, 1e-5);
+    TPX_CHECK(f.ok()) << f.status();
+    const double fwd_s = MedianSeconds([&] { TPX_CHECK(ops::LayerNorm(x, w, b, 1e-5).ok()); });
+    PrintFused("layer_norm_fwd", "16384x1024", dtype, 2.0 * bytes, fwd_s, copy_gbps);
+    const double bwd_s = MedianSeconds([&] {
+      TPX_CHECK(ops::LayerNormBackward(g, x, f->mean, f->rstd, w, true, true, true).ok());
+    });
+    PrintFused("layer_norm_bwd", "16384x1024", dtype, 3.0 * bytes, bwd_s, copy_gbps);
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Tensor x = Random({64, 512, 512}, dtype), g = Random({64, 512, 512}, dtype);
+    const double bytes = static_cast<double>(x.nbytes());
+    absl::StatusOr<Tensor> y = ops::ScaledSoftmax(x, 0.125, /*causal=*/true);
+    TPX_CHECK(y.ok()) << y.status();
+    const double fwd_s =
+        MedianSeconds([&] { TPX_CHECK(ops::ScaledSoftmax(x, 0.125, true).ok()); });
+    PrintFused("scaled_causal_softmax_fwd", "64x512x512", dtype, 2.0 * bytes, fwd_s, copy_gbps);
+    const double bwd_s =
+        MedianSeconds([&] { TPX_CHECK(ops::ScaledSoftmaxBackward(g, *y, 0.125).ok()); });
+    PrintFused("scaled_causal_softmax_bwd", "64x512x512", dtype, 3.0 * bytes, bwd_s, copy_gbps);
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const int64_t rows = 16384, h = 4096;
+    const Tensor x = Random({rows, h}, dtype), g = Random({rows, h}, dtype);
+    const Tensor b = Random({h}, dtype);
+    const double bytes = static_cast<double>(x.nbytes());
+    const double fwd_s = MedianSeconds([&] { TPX_CHECK(ops::BiasGelu(x, b).ok()); });
+    PrintFused("bias_gelu_fwd", "16384x4096", dtype, 2.0 * bytes, fwd_s, copy_gbps);
+    const double bwd_s = MedianSeconds([&] { TPX_CHECK(ops::BiasGeluBackward(g, x, b).ok()); });
+    PrintFused("bias_gelu_bwd", "16384x4096", dtype, 3.0 * bytes, bwd_s, copy_gbps);
+  }
+  {
+    // param, exp_avg, exp_avg_sq read and written, grad read: 7 f32 arrays.
+    const int64_t n = int64_t{1} << 24;
+    const Tensor p = Random({n}, DType::kF32), grad = Random({n}, DType::kF32);
+    const Tensor m = *Tensor::Zeros({n}, DType::kF32, kGpu);
+    const Tensor v = *Tensor::Zeros({n}, DType::kF32, kGpu);
+    const AdamWCoefficients c{.decay = 0.9999f, .beta1 = 0.9f, .beta2 = 0.95f,
+                              .step_size = 1e-4f, .inv_sqrt_bias2 = 1.0f, .eps = 1e-8f};
+    const double s =
+        MedianSeconds([&] { TPX_CHECK(ops::AdamWStep(p, grad, m, v, Tensor(), c).ok()); });
+    PrintFused("adamw", "16777216", DType::kF32, 7.0 * static_cast<double>(p.nbytes()), s,
+               copy_gbps);
+  }
+}
+
 int Main() {
   absl::StatusOr<DeviceKernels*> kernels = KernelsFor(kGpu, "cuda_ops bench");
   if (!kernels.ok()) {
@@ -134,6 +211,7 @@ int Main() {
   }
   GemmCases();
   ElementwiseCases();
+  FusedCases();
   return 0;
 }
 

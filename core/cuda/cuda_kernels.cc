@@ -149,6 +149,87 @@ absl::Status CheckIndexOperands(const char* op, const Tensor& a, const Tensor& b
       Describe(op, {&a, &b, &index}), ": operands must be contiguous, with one data dtype"));
 }
 
+// ---- The fused kernels' preconditions (core/device_kernels.h). Their
+// kernels walk raw contiguous memory by element counts, so an operand of
+// the wrong dtype, size, layout or device would be read or written as if it
+// were right: refuse those instead. ----
+
+
+// t is defined, of `dtype`, with `numel` elements.
+bool Is(const Tensor& t, DType dtype, int64_t numel) {
+  return t.defined() && t.dtype() == dtype && t.numel() == numel;
+}
+
+// t is undefined, or as Is.
+bool IsOptional(const Tensor& t, DType dtype, int64_t numel) {
+  return !t.defined() || Is(t, dtype, numel);
+}
+
+// Whether a and b share some bytes without being the same view's start
+// (a kernel may write out over its input only element for element).
+bool PartlyOverlaps(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.raw_data() == b.raw_data()) return false;
+  const char* pa = static_cast<const char*>(a.raw_data());
+  const char* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+// InvalidArgument "cuda <op>(<operands>): <what>" unless `ok`.
+absl::Status Require(bool ok, const char* op, std::initializer_list<const Tensor*> operands,
+                     absl::string_view what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(Describe(op, operands), ": ", what));
+}
+
+// The index of anchor's CUDA device, once every defined operand is
+// contiguous and on it.
+absl::StatusOr<int> FusedDevice(const char* op, const Tensor& anchor,
+                                std::initializer_list<const Tensor*> operands) {
+  bool ok = anchor.defined() && anchor.device().is_cuda();
+  for (const Tensor* t : operands) {
+    if (ok && t->defined()) ok = t->is_contiguous() && t->device() == anchor.device();
+  }
+  TPX_RETURN_IF_ERROR(Require(
+      ok, op, operands,
+      absl::StrCat("operands must be contiguous and on ",
+                   anchor.defined() ? anchor.device().ToString() : "one CUDA device")));
+  return anchor.device().index;
+}
+
+// Scratch device memory for one call, from the caching allocator. Giving it
+// back when the call returns is safe although the kernels using it may not
+// have run yet: every later user of the block is queued behind them on the
+// device's compute stream.
+class Scratch {
+ public:
+  Scratch(int device, size_t bytes)
+      : device_(device),
+        bytes_(bytes),
+        ptr_(bytes > 0 ? GetCudaAllocator(device).Allocate(bytes) : nullptr) {}
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() {
+    if (ptr_ != nullptr) GetCudaAllocator(device_).Deallocate(ptr_, bytes_);
+  }
+
+  // OK, or ResourceExhausted naming `op` when the memory could not be had.
+  absl::Status status(const char* op) const {
+    if (bytes_ == 0 || ptr_ != nullptr) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat("cuda ", op, ": no device memory for ",
+                                                     bytes_, " bytes of scratch on cuda:",
+                                                     device_));
+  }
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  int device_;
+  size_t bytes_;
+  void* ptr_;
+};
+
 // The device count never changes while a process runs: look it up once.
 struct VisibleDevices {
   int count = 0;
@@ -343,6 +424,289 @@ class CudaKernels final : public DeviceKernels {
                       beta, c_dtype, c, ldc);
   }
 
+  absl::Status GemmBatched(int index, int64_t batch, bool trans_a, bool trans_b, int64_t m,
+                           int64_t n, int64_t k, float alpha, DType ab_dtype, const void* a,
+                           int64_t lda, int64_t stride_a, const void* b, int64_t ldb,
+                           int64_t stride_b, float beta, DType c_dtype, void* c, int64_t ldc,
+                           int64_t stride_c) override {
+    DeviceGuard guard(index);
+    TPX_RETURN_IF_ERROR(guard.status());
+    TPX_ASSIGN_OR_RETURN(Stream * stream, cuda::CurrentStream(index));
+    TPX_ASSIGN_OR_RETURN(const CublasHandle* blas, BlasHandle(index));
+    return cuda::GemmBatched(*blas, *stream, batch, trans_a, trans_b, m, n, k, alpha, ab_dtype, a,
+                             lda, stride_a, b, ldb, stride_b, beta, c_dtype, c, ldc, stride_c);
+  }
+
+  // ---- Fused transformer kernels (fused_nn.cu). ----
+
+  absl::Status LayerNorm(const Tensor& y, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& weight, const Tensor& bias, int64_t rows, int64_t h,
+                         double eps) override {
+    constexpr const char* kOp = "LayerNorm";
+    const auto operands = {&y, &mean, &rstd, &x, &weight, &bias};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    const DType dtype = x.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && h >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(x, dtype, rows * h) && Is(y, dtype, rows * h),
+                                kOp, operands,
+                                "x and y must share a floating dtype and have rows * h elements"));
+    TPX_RETURN_IF_ERROR(Require(Is(mean, DType::kF32, rows) && Is(rstd, DType::kF32, rows), kOp,
+                                operands, "mean and rstd must be f32 with one element per row"));
+    TPX_RETURN_IF_ERROR(Require(IsOptional(weight, DType::kF32, h) &&
+                                    IsOptional(bias, DType::kF32, h),
+                                kOp, operands, "weight and bias must be f32 [h] or undefined"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchLayerNorm(dtype, x.raw_data(), static_cast<const float*>(weight.raw_data()),
+                                 static_cast<const float*>(bias.raw_data()), y.raw_data(),
+                                 mean.data<float>(), rstd.data<float>(), rows, h,
+                                 static_cast<float>(eps), stream);
+        });
+  }
+
+  absl::Status LayerNormBackward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                                 const Tensor& grad, const Tensor& x, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& weight, int64_t rows,
+                                 int64_t h) override {
+    constexpr const char* kOp = "LayerNormBackward";
+    const auto operands = {&dx, &dweight, &dbias, &grad, &x, &mean, &rstd, &weight};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    const DType dtype = x.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && h >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(x, dtype, rows * h) && Is(grad, dtype, rows * h) &&
+                                    IsOptional(dx, dtype, rows * h),
+                                kOp, operands,
+                                "x, grad and dx must share a floating dtype and have rows * h "
+                                "elements"));
+    TPX_RETURN_IF_ERROR(Require(Is(mean, DType::kF32, rows) && Is(rstd, DType::kF32, rows), kOp,
+                                operands, "mean and rstd must be f32 with one element per row"));
+    TPX_RETURN_IF_ERROR(Require(IsOptional(weight, DType::kF32, h) &&
+                                    IsOptional(dweight, DType::kF32, h) &&
+                                    IsOptional(dbias, DType::kF32, h),
+                                kOp, operands,
+                                "weight, dweight and dbias must be f32 [h] or undefined"));
+    if (!dx.defined() && !dweight.defined() && !dbias.defined()) return absl::OkStatus();
+    // One column-sum workspace each for dweight and dbias, in that order.
+    const int64_t sums = (dweight.defined() ? 1 : 0) + (dbias.defined() ? 1 : 0);
+    Scratch scratch(device, static_cast<size_t>(sums * h * ColumnSumChunks(rows, h)) *
+                                sizeof(float));
+    TPX_RETURN_IF_ERROR(scratch.status(kOp));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchLayerNormBackward(
+              dtype, grad.raw_data(), x.raw_data(), mean.data<float>(), rstd.data<float>(),
+              static_cast<const float*>(weight.raw_data()), dx.raw_data(),
+              static_cast<float*>(dweight.raw_data()), static_cast<float*>(dbias.raw_data()),
+              scratch.get<float>(), rows, h, stream);
+        });
+  }
+
+  absl::Status ScaledSoftmax(const Tensor& out, const Tensor& in, int64_t batch, int64_t m,
+                             int64_t n, double scale, bool causal) override {
+    constexpr const char* kOp = "ScaledSoftmax";
+    const auto operands = {&out, &in};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, in, operands));
+    const DType dtype = in.dtype();
+    const int64_t numel = batch * m * n;
+    TPX_RETURN_IF_ERROR(Require(batch >= 0 && m >= 0 && n >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(in, dtype, numel) && Is(out, dtype, numel),
+                                kOp, operands,
+                                "in and out must share a floating dtype and have batch * m * n "
+                                "elements"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchScaledSoftmax(dtype, in.raw_data(), out.raw_data(), batch, m, n,
+                                     static_cast<float>(scale), causal, stream);
+        });
+  }
+
+  absl::Status ScaledSoftmaxBackward(const Tensor& dx, const Tensor& grad, const Tensor& y,
+                                     int64_t rows, int64_t n, double scale) override {
+    constexpr const char* kOp = "ScaledSoftmaxBackward";
+    const auto operands = {&dx, &grad, &y};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, y, operands));
+    const DType dtype = y.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && n >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(y, dtype, rows * n) && Is(grad, dtype, rows * n) &&
+                                    Is(dx, dtype, rows * n),
+                                kOp, operands,
+                                "dx, grad and y must share a floating dtype and have rows * n "
+                                "elements"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchScaledSoftmaxBackward(dtype, grad.raw_data(), y.raw_data(), dx.raw_data(),
+                                             rows, n, static_cast<float>(scale), stream);
+        });
+  }
+
+  absl::Status BiasGelu(const Tensor& y, const Tensor& x, const Tensor& bias, int64_t rows,
+                        int64_t h) override {
+    constexpr const char* kOp = "BiasGelu";
+    const auto operands = {&y, &x, &bias};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    const DType dtype = x.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && h >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(x, dtype, rows * h) && Is(y, dtype, rows * h) &&
+                                    Is(bias, dtype, h),
+                                kOp, operands,
+                                "x, y and bias must share a floating dtype; x and y [rows, h], "
+                                "bias [h]"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchBiasGelu(dtype, x.raw_data(), bias.raw_data(), y.raw_data(), rows, h,
+                                stream);
+        });
+  }
+
+  absl::Status BiasGeluBackward(const Tensor& dx, const Tensor& dbias, const Tensor& grad,
+                                const Tensor& x, const Tensor& bias, int64_t rows,
+                                int64_t h) override {
+    constexpr const char* kOp = "BiasGeluBackward";
+    const auto operands = {&dx, &dbias, &grad, &x, &bias};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    const DType dtype = x.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && h >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(x, dtype, rows * h) && Is(grad, dtype, rows * h) &&
+                                    Is(dx, dtype, rows * h) && Is(bias, dtype, h) &&
+                                    IsOptional(dbias, dtype, h),
+                                kOp, operands,
+                                "dx, grad, x, bias and dbias must share a floating dtype; dx, "
+                                "grad and x [rows, h], bias and dbias [h]"));
+    Scratch scratch(device, dbias.defined() ? static_cast<size_t>(h * ColumnSumChunks(rows, h)) *
+                                                  sizeof(float)
+                                            : 0);
+    TPX_RETURN_IF_ERROR(scratch.status(kOp));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchBiasGeluBackward(dtype, grad.raw_data(), x.raw_data(), bias.raw_data(),
+                                        dx.raw_data(), dbias.raw_data(), scratch.get<float>(),
+                                        rows, h, stream);
+        });
+  }
+
+  // ---- Fused training kernels (fused_training.cu). ----
+
+  absl::Status CrossEntropyStats(const Tensor& stats, const Tensor& logits, const Tensor& target,
+                                 int64_t rows, int64_t v) override {
+    constexpr const char* kOp = "CrossEntropyStats";
+    const auto operands = {&stats, &logits, &target};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, logits, operands));
+    const DType dtype = logits.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && v >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(logits, dtype, rows * v) &&
+                                    Is(stats, DType::kF32, rows * 4) &&
+                                    Is(target, DType::kI64, rows),
+                                kOp, operands,
+                                "logits must be floating [rows, v], stats f32 [rows, 4] and "
+                                "target i64 [rows]"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchCrossEntropyStats(dtype, logits.raw_data(), target.data<int64_t>(),
+                                         stats.data<float>(), rows, v, stream);
+        });
+  }
+
+  absl::Status CrossEntropyBackward(const Tensor& dx, const Tensor& logits, const Tensor& lse,
+                                    const Tensor& g, const Tensor& target, int64_t rows,
+                                    int64_t v, float smooth_over_k, float target_coeff) override {
+    constexpr const char* kOp = "CrossEntropyBackward";
+    const auto operands = {&dx, &logits, &lse, &g, &target};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, logits, operands));
+    const DType dtype = logits.dtype();
+    TPX_RETURN_IF_ERROR(Require(rows >= 0 && v >= 0 && IsFloatingPoint(dtype) &&
+                                    Is(logits, dtype, rows * v) && Is(dx, dtype, rows * v) &&
+                                    Is(lse, DType::kF32, rows) && Is(g, DType::kF32, rows) &&
+                                    Is(target, DType::kI64, rows),
+                                kOp, operands,
+                                "logits and dx must be [rows, v] of one floating dtype, lse and "
+                                "g f32 [rows], target i64 [rows]"));
+    TPX_RETURN_IF_ERROR(Require(!PartlyOverlaps(dx, logits), kOp, operands,
+                                "dx must be logits itself or not overlap it"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchCrossEntropyBackward(dtype, logits.raw_data(), lse.data<float>(),
+                                            g.data<float>(), target.data<int64_t>(),
+                                            dx.raw_data(), rows, v, smooth_over_k, target_coeff,
+                                            stream);
+        });
+  }
+
+  absl::Status SumOfSquares(const Tensor& x, int64_t n, double* out) override {
+    constexpr const char* kOp = "SumOfSquares";
+    const auto operands = {&x};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    TPX_RETURN_IF_ERROR(Require(n >= 0 && IsFloatingPoint(x.dtype()) && x.numel() == n, kOp,
+                                operands, absl::StrCat("x must be floating with n = ", n,
+                                                       " elements")));
+    Scratch scratch(device, kSumOfSquaresWorkspace * sizeof(double));
+    TPX_RETURN_IF_ERROR(scratch.status(kOp));
+    TPX_RETURN_IF_ERROR(Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchSumOfSquares(x.dtype(), x.raw_data(), n, scratch.get<double>(), stream);
+        }));
+    // The sum is element 0 of the workspace; the copy waits for the kernels.
+    return CopyToHost(out, scratch.get<double>(), sizeof(double), device);
+  }
+
+  absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
+                         const AdamWCoefficients& c) override {
+    constexpr const char* kOp = "AdamWStep";
+    const auto operands = {&param, &grad, &exp_avg, &exp_avg_sq, &working};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, param, operands));
+    TPX_RETURN_IF_ERROR(Require(n >= 0 && Is(param, DType::kF32, n) &&
+                                    Is(exp_avg, DType::kF32, n) &&
+                                    Is(exp_avg_sq, DType::kF32, n) &&
+                                    (Is(grad, DType::kF32, n) || Is(grad, DType::kBF16, n)) &&
+                                    IsOptional(working, DType::kBF16, n),
+                                kOp, operands,
+                                "param, exp_avg and exp_avg_sq must be f32, grad f32 or bf16 "
+                                "and working bf16 or undefined, each of n elements"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchAdamWStep(param.data<float>(), grad.dtype(), grad.raw_data(),
+                                 exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                                 working.raw_data(), n, c, stream);
+        });
+  }
+
+  absl::Status DropoutAdd(const Tensor& out, const Tensor& x, const Tensor& bias,
+                          const Tensor& keep, const Tensor& residual, int64_t n, int64_t bias_n,
+                          float scale) override {
+    constexpr const char* kOp = "DropoutAdd";
+    const auto operands = {&out, &x, &bias, &keep, &residual};
+    TPX_ASSIGN_OR_RETURN(const int device, FusedDevice(kOp, x, operands));
+    const DType dtype = x.dtype();
+    TPX_RETURN_IF_ERROR(Require(n >= 0 && IsFloatingPoint(dtype) && Is(x, dtype, n) &&
+                                    Is(out, dtype, n) && IsOptional(residual, dtype, n) &&
+                                    IsOptional(keep, DType::kBool, n),
+                                kOp, operands,
+                                "out, x and residual must share a floating dtype, keep be bool, "
+                                "each of n elements"));
+    TPX_RETURN_IF_ERROR(Require(!bias.defined() || (Is(bias, dtype, bias_n) && bias_n > 0 &&
+                                                    n % bias_n == 0),
+                                kOp, operands,
+                                absl::StrCat("bias must have x's dtype and bias_n = ", bias_n,
+                                             " elements, a divisor of n = ", n)));
+    TPX_RETURN_IF_ERROR(Require(!PartlyOverlaps(out, x) && !PartlyOverlaps(out, residual), kOp,
+                                operands, "out must be x, residual or apart from both"));
+    return Run(
+        device, [&] { return Describe(kOp, operands); },
+        [&](cudaStream_t stream) {
+          return LaunchDropoutAdd(dtype, out.raw_data(), x.raw_data(), bias.raw_data(),
+                                  keep.raw_data(), residual.raw_data(), n, bias_n, scale, stream);
+        });
+  }
 };
 
 CudaKernels& Instance() {

@@ -192,6 +192,113 @@ __device__ __forceinline__ float MaxPropagateNaN(float a, float b) {
   return a > b ? a : b;
 }
 
+// ---- Rows of a contiguous [rows, n] matrix, one group of threads per row:
+// a warp for rows of up to kWarpRowMax elements (reductions by shuffles, no
+// block barriers), the whole kThreads block for longer ones. ----
+inline constexpr int kWarp = 32;
+inline constexpr int64_t kWarpRowMax = 1024;
+
+// Reduces one value per lane of a warp with `combine` (associative and
+// commutative); every lane gets the same result. All 32 lanes must call it.
+template <typename V, typename Combine>
+__device__ __forceinline__ V WarpReduce(V value, Combine combine) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// kGroup threads (kWarp or kThreads) per row; blocks of kThreads threads
+// walk the rows grid-stride. A group's loop condition is uniform across it,
+// so every lane (every thread, for a block) reaches each Reduce.
+template <int kGroup>
+struct RowGroup {
+  static_assert(kGroup == kWarp || kGroup == kThreads);
+  static constexpr int kRowsPerBlock = kThreads / kGroup;
+
+  __device__ static int Lane() { return threadIdx.x % kGroup; }
+  __device__ static int64_t FirstRow() {
+    return static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kGroup;
+  }
+  __device__ static int64_t RowStride() {
+    return static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  }
+  template <typename V, typename Combine>
+  __device__ static V Reduce(V value, Combine combine) {
+    if constexpr (kGroup == kWarp) {
+      return WarpReduce(value, combine);
+    } else {
+      return BlockReduce(value, combine);
+    }
+  }
+};
+
+// Blocks for `rows` rows of kGroup threads each (capped; the kernels loop).
+inline unsigned RowGroupBlocks(int64_t rows, int group) {
+  constexpr int64_t kMaxBlocks = 65535;
+  const int64_t per_block = kThreads / group;
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// ---- Units of U consecutive elements (1, or kPack as one Packed run),
+// widened to f32 and back: row kernels take U = kPack when the row length
+// is a multiple of kPack and every operand is pack-aligned (so every row
+// start is too), else U = 1. ----
+template <int U, typename T>
+__device__ __forceinline__ void LoadUnit(const T* p, float (&v)[U]) {
+  if constexpr (U == 1) {
+    v[0] = Load(*p);
+  } else {
+    static_assert(U == kPack);
+    const Packed<T> run = *reinterpret_cast<const Packed<T>*>(p);
+#pragma unroll
+    for (int k = 0; k < U; ++k) v[k] = Load(run.v[k]);
+  }
+}
+
+template <int U, typename T>
+__device__ __forceinline__ void StoreUnit(T* p, const float (&v)[U]) {
+  if constexpr (U == 1) {
+    *p = StoreAs<T>(v[0]);
+  } else {
+    static_assert(U == kPack);
+    Packed<T> run;
+#pragma unroll
+    for (int k = 0; k < U; ++k) run.v[k] = StoreAs<T>(v[k]);
+    *reinterpret_cast<Packed<T>*>(p) = run;
+  }
+}
+
+// Whether every non-null pointer may be read or written as Packed runs of
+// its element type.
+template <typename... T>
+inline bool AllPackAligned(const T*... ptrs) {
+  return ((ptrs == nullptr || IsPackAligned<T>(ptrs)) && ...);
+}
+
+// Whether rows of n elements at `ptrs` can be moved in Packed units.
+template <typename... T>
+inline bool RowsPackable(int64_t n, const T*... ptrs) {
+  return n % kPack == 0 && AllPackAligned(ptrs...);
+}
+
+// fn(std::integral_constant<int, U>{}) with the row kernels' unit U: kPack
+// when `packable`, else 1.
+template <typename Fn>
+cudaError_t WithUnit(bool packable, Fn&& fn) {
+  if (packable) return fn(std::integral_constant<int, kPack>{});
+  return fn(std::integral_constant<int, 1>{});
+}
+
+// fn(std::integral_constant<int, G>{}) with the RowGroup size for rows of n.
+template <typename Fn>
+cudaError_t WithRowGroup(int64_t n, Fn&& fn) {
+  if (n <= kWarpRowMax) return fn(std::integral_constant<int, kWarp>{});
+  return fn(std::integral_constant<int, kThreads>{});
+}
+
 }  // namespace tpx::cuda
 
 #endif  // TPX_CORE_CUDA_DEVICE_MATH_CUH_

@@ -210,9 +210,6 @@ cudaError_t Binary(const StridedLayout& l, void* out, const void* a, const void*
   return cudaGetLastError();
 }
 
-bool IsFloatingDType(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
-}
 
 }  // namespace
 
@@ -278,7 +275,7 @@ cudaError_t LaunchBinary(BinaryOp op, const StridedLayout& l, DType out_dtype, v
     case BinaryOp::kMul:
     case BinaryOp::kDiv: {
       if (out_dtype != a_dtype) return cudaErrorNotSupported;
-      if (op == BinaryOp::kDiv && !IsFloatingDType(a_dtype)) return cudaErrorNotSupported;
+      if (op == BinaryOp::kDiv && !IsFloatingPoint(a_dtype)) return cudaErrorNotSupported;
       if (b_dtype == a_dtype) {
         return DispatchNumeric(a_dtype, [&](auto tag) {
           using T = typename decltype(tag)::type;

@@ -51,6 +51,16 @@ absl::Status Gemm(const CublasHandle& blas, const Stream& stream, bool trans_a, 
                   int64_t lda, const void* b, int64_t ldb, float beta, DType c_dtype, void* c,
                   int64_t ldc);
 
+// `batch` products as in Gemm in one cuBLAS call (strided batched): product
+// i reads A + i * stride_a, B + i * stride_b and writes C + i * stride_c
+// (element strides; 0 shares an A or B across the batch). The C_i must not
+// overlap (stride_c >= (m - 1) * ldc + n when batch > 1).
+absl::Status GemmBatched(const CublasHandle& blas, const Stream& stream, int64_t batch,
+                         bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         DType ab_dtype, const void* a, int64_t lda, int64_t stride_a,
+                         const void* b, int64_t ldb, int64_t stride_b, float beta, DType c_dtype,
+                         void* c, int64_t ldc, int64_t stride_c);
+
 }  // namespace tpx::cuda
 
 #endif  // TPX_CORE_CUDA_GEMM_H_

@@ -1,0 +1,550 @@
+// Fused transformer kernels: layer norm, scaled (causal) softmax and
+// bias + GeLU, forward and backward, one pass over each row where the
+// composed ops take several launches. Row-wise work gives each row a
+// RowGroup (a warp for short rows, a block for long ones) that reduces in
+// registers and shared memory and re-reads its row (from cache) for each
+// pass. Column sums over rows (layer-norm dweight and dbias, bias-GeLU
+// dbias) are f32 partials per chunk of rows, added in a fixed order by a
+// second kernel (no atomics), so they come out the same on every run. Arithmetic is in
+// f32, in the order of the CPU kernels (core/cpu/nn_kernels.cc), rounded
+// once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/cuda/device_math.cuh"
+#include "core/cuda/launch.h"
+
+namespace tpx::cuda {
+namespace {
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return MaxPropagateNaN(a, b); }
+};
+
+// Exact GeLU and its derivative, as the elementwise kernels compute them.
+__device__ __forceinline__ float Gelu(float z) { return 0.5f * z * (1.0f + erff(z * kInvSqrt2)); }
+__device__ __forceinline__ float GeluGrad(float z) {
+  const float cdf = 0.5f * (1.0f + erff(z * kInvSqrt2));
+  const float pdf = kInvSqrt2Pi * expf(-0.5f * z * z);
+  return cdf + z * pdf;
+}
+
+// ---- Layer norm. ----
+
+// mean, then the mean of squared deviations, then y; one row per group.
+template <typename T, int U, int G>
+__global__ void LayerNormKernel(const T* x, const float* w, const float* b, T* y, float* mean,
+                                float* rstd, int64_t rows, int64_t h, float eps) {
+  using Group = RowGroup<G>;
+  const int64_t units = h / U;
+  for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
+    const T* xr = x + row * h;
+    T* yr = y + row * h;
+    float sum = 0.0f;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float v[U];
+      LoadUnit<U>(xr + u * U, v);
+#pragma unroll
+      for (int k = 0; k < U; ++k) sum += v[k];
+    }
+    const float m = Group::Reduce(sum, AddOp{}) / static_cast<float>(h);
+    float sq = 0.0f;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float v[U];
+      LoadUnit<U>(xr + u * U, v);
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        const float c = v[k] - m;
+        sq += c * c;
+      }
+    }
+    const float rs = 1.0f / sqrtf(Group::Reduce(sq, AddOp{}) / static_cast<float>(h) + eps);
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float v[U], wv[U], bv[U];
+      LoadUnit<U>(xr + u * U, v);
+      if (w != nullptr) LoadUnit<U>(w + u * U, wv);
+      if (b != nullptr) LoadUnit<U>(b + u * U, bv);
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        float o = (v[k] - m) * rs;
+        if (w != nullptr) o = o * wv[k];
+        if (b != nullptr) o = o + bv[k];
+        v[k] = o;
+      }
+      StoreUnit<U>(yr + u * U, v);
+    }
+    if (Group::Lane() == 0) {
+      mean[row] = m;
+      rstd[row] = rs;
+    }
+  }
+}
+
+// dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)) per row; w null
+// stands for ones.
+template <typename T, int U, int G>
+__global__ void LayerNormBackwardKernel(const T* g, const T* x, const float* mean,
+                                        const float* rstd, const float* w, T* dx, int64_t rows,
+                                        int64_t h) {
+  using Group = RowGroup<G>;
+  const int64_t units = h / U;
+  for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
+    const T* gr = g + row * h;
+    const T* xr = x + row * h;
+    const float mr = mean[row], rs = rstd[row];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float gv[U], xv[U], wv[U];
+      LoadUnit<U>(gr + u * U, gv);
+      LoadUnit<U>(xr + u * U, xv);
+      if (w != nullptr) {
+        LoadUnit<U>(w + u * U, wv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < U; ++k) wv[k] = 1.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        const float d = gv[k] * wv[k];
+        s1 += d;
+        s2 += d * ((xv[k] - mr) * rs);
+      }
+    }
+    const float m1 = Group::Reduce(s1, AddOp{}) / static_cast<float>(h);
+    const float m2 = Group::Reduce(s2, AddOp{}) / static_cast<float>(h);
+    T* dr = dx + row * h;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float gv[U], xv[U], wv[U];
+      LoadUnit<U>(gr + u * U, gv);
+      LoadUnit<U>(xr + u * U, xv);
+      if (w != nullptr) {
+        LoadUnit<U>(w + u * U, wv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < U; ++k) wv[k] = 1.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        const float xhat = (xv[k] - mr) * rs;
+        gv[k] = rs * (gv[k] * wv[k] - m1 - xhat * m2);
+      }
+      StoreUnit<U>(dr + u * U, gv);
+    }
+  }
+}
+
+// ---- Column sums over rows: grid (column tiles, chunks of rows); each
+// thread owns U adjacent columns and walks its chunk's rows, so a warp reads
+// each row's columns contiguously. ----
+
+// The first of the U columns this thread owns (>= h: none).
+template <int U>
+__device__ __forceinline__ int64_t OwnColumn() {
+  return (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * U;
+}
+
+// Partials of dweight (sum g xhat) and dbias (sum g) of chunk blockIdx.y;
+// either partial pointer may be null.
+template <typename T, int U>
+__global__ void LayerNormParamGradKernel(const T* g, const T* x, const float* mean,
+                                         const float* rstd, float* dw_partial, float* db_partial,
+                                         int64_t rows, int64_t h, int64_t chunk_rows) {
+  const int64_t col = OwnColumn<U>();
+  if (col >= h) return;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
+  float dw[U] = {}, db[U] = {};
+  for (int64_t r = first; r < last; ++r) {
+    float gv[U];
+    LoadUnit<U>(g + r * h + col, gv);
+    if (dw_partial != nullptr) {
+      float xv[U];
+      LoadUnit<U>(x + r * h + col, xv);
+      const float mr = mean[r], rs = rstd[r];
+#pragma unroll
+      for (int k = 0; k < U; ++k) dw[k] += gv[k] * ((xv[k] - mr) * rs);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) db[k] += gv[k];
+  }
+  const int64_t at = static_cast<int64_t>(blockIdx.y) * h + col;
+  if (dw_partial != nullptr) StoreUnit<U>(dw_partial + at, dw);
+  if (db_partial != nullptr) StoreUnit<U>(db_partial + at, db);
+}
+
+// Lanes of chunks per column in ColumnTotalKernel's blocks of kWarp
+// columns.
+constexpr int kChunkLanes = kThreads / kWarp;
+
+// out[j] = the sum over chunks c of partial[c * h + j]: lane y of a column
+// adds chunks y, y + kChunkLanes, ... in order, then lane 0 adds the lanes'
+// sums in lane order, so the result does not depend on scheduling.
+template <typename TO>
+__global__ void ColumnTotalKernel(const float* partial, int64_t chunks, int64_t h, TO* out) {
+  __shared__ float lane_sums[kChunkLanes][kWarp];
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarp + threadIdx.x;
+  float acc = 0.0f;
+  if (j < h) {
+    for (int64_t c = threadIdx.y; c < chunks; c += kChunkLanes) acc += partial[c * h + j];
+  }
+  lane_sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < h) {
+    float total = lane_sums[0][threadIdx.x];
+    for (int l = 1; l < kChunkLanes; ++l) total += lane_sums[l][threadIdx.x];
+    out[j] = StoreAs<TO>(total);
+  }
+}
+
+// ---- Bias + GeLU (column tiles as above; bias loaded once per thread). ----
+
+template <typename T, int U>
+__global__ void BiasGeluKernel(const T* x, const T* bias, T* y, int64_t rows, int64_t h,
+                               int64_t chunk_rows) {
+  const int64_t col = OwnColumn<U>();
+  if (col >= h) return;
+  float b[U];
+  LoadUnit<U>(bias + col, b);
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
+  for (int64_t r = first; r < last; ++r) {
+    float v[U];
+    LoadUnit<U>(x + r * h + col, v);
+#pragma unroll
+    for (int k = 0; k < U; ++k) v[k] = Gelu(v[k] + b[k]);
+    StoreUnit<U>(y + r * h + col, v);
+  }
+}
+
+// dx = g * GeLU'(x + b), and (partial not null) the chunk's sum of dx per
+// column before dx is rounded.
+template <typename T, int U>
+__global__ void BiasGeluBackwardKernel(const T* g, const T* x, const T* bias, T* dx, float* partial,
+                                       int64_t rows, int64_t h, int64_t chunk_rows) {
+  const int64_t col = OwnColumn<U>();
+  if (col >= h) return;
+  float b[U];
+  LoadUnit<U>(bias + col, b);
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * chunk_rows;
+  const int64_t last = first + chunk_rows < rows ? first + chunk_rows : rows;
+  float db[U] = {};
+  for (int64_t r = first; r < last; ++r) {
+    float gv[U], xv[U];
+    LoadUnit<U>(g + r * h + col, gv);
+    LoadUnit<U>(x + r * h + col, xv);
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const float d = gv[k] * GeluGrad(xv[k] + b[k]);
+      db[k] += d;
+      gv[k] = d;
+    }
+    StoreUnit<U>(dx + r * h + col, gv);
+  }
+  if (partial != nullptr) StoreUnit<U>(partial + static_cast<int64_t>(blockIdx.y) * h + col, db);
+}
+
+// Rows per chunk of the column sums over [rows, h] (rows > 0).
+int64_t ChunkRows(int64_t rows, int64_t h) {
+  const int64_t chunks = ColumnSumChunks(rows, h);
+  return (rows + chunks - 1) / chunks;
+}
+
+// The launch shape of the column kernels over [rows, h] (rows > 0) in units
+// of U columns.
+struct ColumnGrid {
+  dim3 blocks;
+  unsigned threads;
+  int64_t chunk_rows;
+};
+
+ColumnGrid ColumnGridFor(int64_t rows, int64_t h, int unit) {
+  const int64_t units = h / unit;
+  // Whole warps, at most a block's kThreads: short rows leave no idle warps.
+  const int64_t threads = std::min<int64_t>(kThreads, (units + kWarp - 1) / kWarp * kWarp);
+  const int64_t tiles = (units + threads - 1) / threads;
+  const int64_t chunk_rows = ChunkRows(rows, h);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  return ColumnGrid{dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)),
+                    static_cast<unsigned>(threads), chunk_rows};
+}
+
+// The chunks ColumnGridFor(rows, h, ...) launches (0 without rows; at most
+// ColumnSumChunks(rows, h)).
+int64_t ChunksLaunched(int64_t rows, int64_t h) {
+  if (rows == 0) return 0;
+  const int64_t chunk_rows = ChunkRows(rows, h);
+  return (rows + chunk_rows - 1) / chunk_rows;
+}
+
+template <typename TO>
+cudaError_t LaunchColumnTotal(const float* partial, int64_t chunks, int64_t h, TO* out,
+                              cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((h + kWarp - 1) / kWarp);
+  ColumnTotalKernel<TO><<<blocks, dim3(kWarp, kChunkLanes), 0, stream>>>(partial, chunks, h, out);
+  return cudaGetLastError();
+}
+
+// The shift that keeps exp() in range; an all -inf row shifts by 0 (not
+// -inf, which would give inf - inf).
+__device__ __forceinline__ float SoftmaxShift(float max) {
+  return isinf(max) && max < 0.0f ? 0.0f : max;
+}
+
+// ---- Scaled (causal) softmax. ----
+
+// Row r = (b, i) sees columns [0, valid), valid = clamp(i + 1 + n - m, 0,
+// n) when causal; units wholly past valid are not read.
+template <typename T, int U, int G>
+__global__ void ScaledSoftmaxKernel(const T* in, T* out, int64_t rows, int64_t m, int64_t n,
+                                    float scale, bool causal) {
+  using Group = RowGroup<G>;
+  const int64_t units = n / U;
+  for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
+    const T* xr = in + row * n;
+    T* yr = out + row * n;
+    int64_t valid = n;
+    if (causal) {
+      valid = row % m + 1 + n - m;
+      valid = valid < 0 ? 0 : (valid > n ? n : valid);
+    }
+    float mx = -INFINITY;
+    for (int64_t u = Group::Lane(); u * U < valid; u += G) {
+      float v[U];
+      LoadUnit<U>(xr + u * U, v);
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        if (u * U + k < valid) mx = MaxPropagateNaN(mx, scale * v[k]);
+      }
+    }
+    const float shift = SoftmaxShift(Group::Reduce(mx, MaxOp{}));
+    float sum = 0.0f;
+    for (int64_t u = Group::Lane(); u * U < valid; u += G) {
+      float v[U];
+      LoadUnit<U>(xr + u * U, v);
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        if (u * U + k < valid) sum += expf(scale * v[k] - shift);
+      }
+    }
+    const float inv = 1.0f / Group::Reduce(sum, AddOp{});
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float v[U];
+      if (u * U < valid) {
+        LoadUnit<U>(xr + u * U, v);
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+          v[k] = u * U + k < valid ? expf(scale * v[k] - shift) * inv : 0.0f;
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < U; ++k) v[k] = 0.0f;
+      }
+      StoreUnit<U>(yr + u * U, v);
+    }
+  }
+}
+
+template <typename T, int U, int G>
+__global__ void ScaledSoftmaxBackwardKernel(const T* g, const T* y, T* dx, int64_t rows, int64_t n,
+                                            float scale) {
+  using Group = RowGroup<G>;
+  const int64_t units = n / U;
+  for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
+    const T* gr = g + row * n;
+    const T* yr = y + row * n;
+    float dot = 0.0f;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float gv[U], yv[U];
+      LoadUnit<U>(gr + u * U, gv);
+      LoadUnit<U>(yr + u * U, yv);
+#pragma unroll
+      for (int k = 0; k < U; ++k) dot += gv[k] * yv[k];
+    }
+    dot = Group::Reduce(dot, AddOp{});
+    T* dr = dx + row * n;
+    for (int64_t u = Group::Lane(); u < units; u += G) {
+      float gv[U], yv[U];
+      LoadUnit<U>(gr + u * U, gv);
+      LoadUnit<U>(yr + u * U, yv);
+#pragma unroll
+      for (int k = 0; k < U; ++k) gv[k] = scale * (yv[k] * (gv[k] - dot));
+      StoreUnit<U>(dr + u * U, gv);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t ColumnSumChunks(int64_t rows, int64_t h) {
+  // Enough chunks for about one wave of threads on a large GPU (an H100
+  // holds 132 x 2048), each of at least kMinChunkRows rows so the partials
+  // stay a small fraction of the data they sum.
+  constexpr int64_t kTargetThreads = int64_t{1} << 18;
+  constexpr int64_t kMinChunkRows = 16;
+  constexpr int64_t kMaxChunks = 65535;  // gridDim.y
+  const int64_t threads_per_chunk = std::max<int64_t>(1, (h + kPack - 1) / kPack);
+  const int64_t wanted = std::max<int64_t>(1, kTargetThreads / threads_per_chunk);
+  const int64_t most = std::max<int64_t>(1, (rows + kMinChunkRows - 1) / kMinChunkRows);
+  return std::min({wanted, most, kMaxChunks});
+}
+
+cudaError_t LaunchLayerNorm(DType dtype, const void* x, const float* weight, const float* bias,
+                            void* y, float* mean, float* rstd, int64_t rows, int64_t h, float eps,
+                            cudaStream_t stream) {
+  if (rows == 0 || h == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    return WithUnit(RowsPackable(h, xp, yp, weight, bias), [&](auto unit) {
+      return WithRowGroup(h, [&](auto group) {
+        constexpr int U = decltype(unit)::value, G = decltype(group)::value;
+        LayerNormKernel<T, U, G><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
+            xp, weight, bias, yp, mean, rstd, rows, h, eps);
+        return cudaGetLastError();
+      });
+    });
+  });
+}
+
+cudaError_t LaunchLayerNormBackward(DType dtype, const void* grad, const void* x, const float* mean,
+                                    const float* rstd, const float* weight, void* dx,
+                                    float* dweight, float* dbias, float* workspace, int64_t rows,
+                                    int64_t h, cudaStream_t stream) {
+  if (h == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = static_cast<const T*>(grad);
+    const T* xp = static_cast<const T*>(x);
+    T* dxp = static_cast<T*>(dx);
+    if (dxp != nullptr && rows > 0) {
+      const cudaError_t rc = WithUnit(RowsPackable(h, gp, xp, dxp, weight), [&](auto unit) {
+        return WithRowGroup(h, [&](auto group) {
+          constexpr int U = decltype(unit)::value, G = decltype(group)::value;
+          LayerNormBackwardKernel<T, U, G><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
+              gp, xp, mean, rstd, weight, dxp, rows, h);
+          return cudaGetLastError();
+        });
+      });
+      if (rc != cudaSuccess) return rc;
+    }
+    if (dweight == nullptr && dbias == nullptr) return cudaSuccess;
+    float* dw_partial = dweight != nullptr ? workspace : nullptr;
+    float* db_partial = dbias != nullptr
+                            ? workspace + (dweight != nullptr ? h * ColumnSumChunks(rows, h) : 0)
+                            : nullptr;
+    if (rows > 0) {
+      const cudaError_t rc =
+          WithUnit(RowsPackable(h, gp, xp, dw_partial, db_partial), [&](auto unit) {
+            constexpr int U = decltype(unit)::value;
+            const ColumnGrid grid = ColumnGridFor(rows, h, U);
+            LayerNormParamGradKernel<T, U><<<grid.blocks, grid.threads, 0, stream>>>(
+                gp, xp, mean, rstd, dw_partial, db_partial, rows, h, grid.chunk_rows);
+            return cudaGetLastError();
+          });
+      if (rc != cudaSuccess) return rc;
+    }
+    const int64_t chunks = ChunksLaunched(rows, h);
+    if (dweight != nullptr) {
+      const cudaError_t rc = LaunchColumnTotal(dw_partial, chunks, h, dweight, stream);
+      if (rc != cudaSuccess) return rc;
+    }
+    if (dbias != nullptr) return LaunchColumnTotal(db_partial, chunks, h, dbias, stream);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t LaunchScaledSoftmax(DType dtype, const void* in, void* out, int64_t batch, int64_t m,
+                                int64_t n, float scale, bool causal, cudaStream_t stream) {
+  const int64_t rows = batch * m;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(in);
+    T* yp = static_cast<T*>(out);
+    return WithUnit(RowsPackable(n, xp, yp), [&](auto unit) {
+      return WithRowGroup(n, [&](auto group) {
+        constexpr int U = decltype(unit)::value, G = decltype(group)::value;
+        ScaledSoftmaxKernel<T, U, G>
+            <<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(xp, yp, rows, m, n, scale, causal);
+        return cudaGetLastError();
+      });
+    });
+  });
+}
+
+cudaError_t LaunchScaledSoftmaxBackward(DType dtype, const void* grad, const void* y, void* dx,
+                                        int64_t rows, int64_t n, float scale, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = static_cast<const T*>(grad);
+    const T* yp = static_cast<const T*>(y);
+    T* dp = static_cast<T*>(dx);
+    return WithUnit(RowsPackable(n, gp, yp, dp), [&](auto unit) {
+      return WithRowGroup(n, [&](auto group) {
+        constexpr int U = decltype(unit)::value, G = decltype(group)::value;
+        ScaledSoftmaxBackwardKernel<T, U, G>
+            <<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(gp, yp, dp, rows, n, scale);
+        return cudaGetLastError();
+      });
+    });
+  });
+}
+
+cudaError_t LaunchBiasGelu(DType dtype, const void* x, const void* bias, void* y, int64_t rows,
+                           int64_t h, cudaStream_t stream) {
+  if (rows == 0 || h == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = static_cast<const T*>(x);
+    const T* bp = static_cast<const T*>(bias);
+    T* yp = static_cast<T*>(y);
+    return WithUnit(RowsPackable(h, xp, bp, yp), [&](auto unit) {
+      constexpr int U = decltype(unit)::value;
+      const ColumnGrid grid = ColumnGridFor(rows, h, U);
+      BiasGeluKernel<T, U>
+          <<<grid.blocks, grid.threads, 0, stream>>>(xp, bp, yp, rows, h, grid.chunk_rows);
+      return cudaGetLastError();
+    });
+  });
+}
+
+cudaError_t LaunchBiasGeluBackward(DType dtype, const void* grad, const void* x, const void* bias,
+                                   void* dx, void* dbias, float* workspace, int64_t rows, int64_t h,
+                                   cudaStream_t stream) {
+  if (h == 0) return cudaSuccess;
+  return DispatchFloating(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = static_cast<const T*>(grad);
+    const T* xp = static_cast<const T*>(x);
+    const T* bp = static_cast<const T*>(bias);
+    T* dp = static_cast<T*>(dx);
+    float* partial = dbias != nullptr ? workspace : nullptr;
+    if (rows > 0) {
+      const cudaError_t rc = WithUnit(RowsPackable(h, gp, xp, bp, dp, partial), [&](auto unit) {
+        constexpr int U = decltype(unit)::value;
+        const ColumnGrid grid = ColumnGridFor(rows, h, U);
+        BiasGeluBackwardKernel<T, U><<<grid.blocks, grid.threads, 0, stream>>>(
+            gp, xp, bp, dp, partial, rows, h, grid.chunk_rows);
+        return cudaGetLastError();
+      });
+      if (rc != cudaSuccess) return rc;
+    }
+    if (dbias == nullptr) return cudaSuccess;
+    return LaunchColumnTotal(partial, ChunksLaunched(rows, h), h, static_cast<T*>(dbias), stream);
+  });
+}
+
+}  // namespace tpx::cuda
