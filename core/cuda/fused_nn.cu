@@ -91,6 +91,21 @@ __global__ void LayerNormKernel(const T* x, const float* w, const float* b, T* y
   }
 }
 
+// Unit u of a row's grad and x, and of the weight (ones where w is null).
+template <int U, typename T>
+__device__ __forceinline__ void LoadBackwardUnit(const T* gr, const T* xr, const float* w,
+                                                 int64_t u, float (&gv)[U], float (&xv)[U],
+                                                 float (&wv)[U]) {
+  LoadUnit<U>(gr + u * U, gv);
+  LoadUnit<U>(xr + u * U, xv);
+  if (w != nullptr) {
+    LoadUnit<U>(w + u * U, wv);
+  } else {
+#pragma unroll
+    for (int k = 0; k < U; ++k) wv[k] = 1.0f;
+  }
+}
+
 // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)) per row; w null
 // stands for ones.
 template <typename T, int U, int G>
@@ -106,14 +121,7 @@ __global__ void LayerNormBackwardKernel(const T* g, const T* x, const float* mea
     float s1 = 0.0f, s2 = 0.0f;
     for (int64_t u = Group::Lane(); u < units; u += G) {
       float gv[U], xv[U], wv[U];
-      LoadUnit<U>(gr + u * U, gv);
-      LoadUnit<U>(xr + u * U, xv);
-      if (w != nullptr) {
-        LoadUnit<U>(w + u * U, wv);
-      } else {
-#pragma unroll
-        for (int k = 0; k < U; ++k) wv[k] = 1.0f;
-      }
+      LoadBackwardUnit<U>(gr, xr, w, u, gv, xv, wv);
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         const float d = gv[k] * wv[k];
@@ -126,14 +134,7 @@ __global__ void LayerNormBackwardKernel(const T* g, const T* x, const float* mea
     T* dr = dx + row * h;
     for (int64_t u = Group::Lane(); u < units; u += G) {
       float gv[U], xv[U], wv[U];
-      LoadUnit<U>(gr + u * U, gv);
-      LoadUnit<U>(xr + u * U, xv);
-      if (w != nullptr) {
-        LoadUnit<U>(w + u * U, wv);
-      } else {
-#pragma unroll
-        for (int k = 0; k < U; ++k) wv[k] = 1.0f;
-      }
+      LoadBackwardUnit<U>(gr, xr, w, u, gv, xv, wv);
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         const float xhat = (xv[k] - mr) * rs;
