@@ -22,8 +22,11 @@ fc1, row-parallel attention output and fc2, with the all_reduce in forward
 after each row-parallel layer and in backward before each column-parallel
 one; the global gradient norm sums the shards' squares across ranks. Every
 rank draws the full weights from the same seed and keeps its shard, so TP=1
-and TP=2 train the same model. --dtype=bf16 runs forward under CPU bf16
-autocast (f32 weights and optimizer, as torch.autocast does).
+and TP=2 train the same model. --dtype=bf16 runs forward under bf16 autocast
+(f32 weights and optimizer, as torch.autocast does). --device=cuda (TP=1
+only) trains on cuda:0 from the same initial weights, for comparison with the
+example's --device=cuda; f32 matrix products then stay f32 (no TF32), as
+tpx's do.
 
 Thread settings (per process): --omp_threads (torch.set_num_threads) and
 --blas_threads (OpenBLAS's own pool, set through the environment before
@@ -47,16 +50,22 @@ def parse_args():
     p.add_argument("--n_layers", type=int, default=4)
     p.add_argument("--d_ff", type=int, default=512)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     return torch_peer.add_common_args(p).parse_args()
 
 
 def first_keys(args):
-    return torch_peer.base_line("gpt", args)
+    line = torch_peer.base_line("gpt", args)
+    if args.device != "cpu":
+        line["device"] = args.device
+    return line
 
 
 def invalid(args):
     if args.n_heads % args.tp or args.d_ff % args.tp or args.d_model % args.n_heads:
         return "n_heads and d_ff must divide by --tp, d_model by n_heads"
+    if args.device == "cuda" and args.tp != 1:
+        return "--device=cuda runs at --tp=1 only"
     return None
 
 
@@ -102,8 +111,12 @@ def train(rank, args, store_dir):
     def normal(*shape, s=std):
         return torch.randn(*shape) * s
 
+    # Weights are drawn on the CPU (the same values for every device), then moved.
+    dev = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
     def param(x):
-        return torch.nn.Parameter(x.contiguous())
+        return torch.nn.Parameter(x.contiguous().to(dev))
 
     def rows(x, n):  # this rank's block of n rows
         return x[rank * n:(rank + 1) * n]
@@ -135,7 +148,7 @@ def train(rank, args, store_dir):
     params = decay + no_decay
     sharded_ids = {id(p) for p in sharded}
     n_params = sum(p.numel() * (tp if id(p) in sharded_ids else 1) for p in params)
-    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1)
+    mask = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1).to(dev)
     hd = d // h
     first_vocab = rank * vl
 
@@ -184,12 +197,14 @@ def train(rank, args, store_dir):
     warmup, max_lr, min_lr = 1, 6e-3, 3e-4
     autocast = args.dtype == "bf16"
     tpr.barrier()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
     start = time.perf_counter()
     loss_value = float("nan")
     for step in range(args.steps):
         # Same generator state on every rank: same batch.
         starts = torch.randint(0, len(data) - t - 1, (b,))
-        window = torch.stack([data[s:s + t + 1] for s in starts.tolist()])
+        window = torch.stack([data[s:s + t + 1] for s in starts.tolist()]).to(dev)
         if step < warmup:
             lr = max_lr * (step + 1) / warmup
         else:
@@ -197,13 +212,13 @@ def train(rank, args, store_dir):
             lr = min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
         for g in opt.param_groups:
             g["lr"] = lr
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=autocast):
             loss = loss_fn(window[:, :-1], window[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         clip_grad_norm(1.0)
         opt.step()
-        loss_value = loss.item()
+        loss_value = loss.item()  # waits for the step on a GPU too
     elapsed = time.perf_counter() - start
     if rank == 0:
         line = first_keys(args)
