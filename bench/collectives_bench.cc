@@ -3,7 +3,7 @@
 // every (op, size) as the median of --reps repetitions; printed is the
 // median over rounds, one JSON line per (impl, op, size):
 //
-//   bazel run -c opt //bench:collectives -- [--nproc=2] [--rounds=3] [--cross_host]
+//   bazel run -c opt //bench:collectives -- [--nproc=2] [--rounds=3] [--cross_host] [--dtype=bf16]
 //   {"bench":"collectives","impl":"tpx","hosts":1,"world_size":2,"op":"all_reduce",
 //    "bytes":1048576,"time_us":...,"busbw_gbps":...,"best_us":...,"vs_openmpi":1.12}
 //   {"bench":"collectives","impl":"openmpi",...}
@@ -34,7 +34,7 @@
 // large blocks, to show what huge pages alone give it). The "huge_pages"
 // field of each line says which.
 //
-// `bytes` is nccl-tests' size: the full f32 buffer (all_reduce, broadcast),
+// `bytes` is nccl-tests' size: the full buffer (all_reduce, broadcast),
 // the gathered output (all_gather), the scattered input (reduce_scatter) or
 // one rank's send buffer (all_to_all); busbw as nccl-tests defines it.
 #include <stdlib.h>
@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, sizes, "4096,16384,65536,262144,1048576,4194304,16777216,
           "Sizes in bytes (see the header for what `bytes` means per op).");
 ABSL_FLAG(int64_t, max_bytes, 0, "Drops sizes above this (0: none).");
 ABSL_FLAG(bool, openmpi, true, "Measure the Open MPI peer in the same rounds.");
+ABSL_FLAG(std::string, dtype, "f32",
+          "Element type of tpx's buffers: f32, or bf16 (reduced in f32 and rounded once; Open MPI "
+          "has no bf16, so the peer is skipped).");
 ABSL_FLAG(bool, openmpi_huge_pages, false,
           "Give the Open MPI peer buffers on transparent huge pages, as tpx's CPU allocator "
           "maps blocks of 2 MiB and more (default: malloc's).");
@@ -95,20 +98,27 @@ bool MpiHasOp(const std::string& op) {
   return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter";
 }
 
+// The element type of the measured collectives (--dtype).
+tpx_dtype_t BenchDType() {
+  return absl::GetFlag(FLAGS_dtype) == "bf16" ? TPX_DTYPE_BF16 : TPX_DTYPE_F32;
+}
+int64_t BenchElementSize() { return BenchDType() == TPX_DTYPE_BF16 ? 2 : 4; }
+
 // Runs `op` on buffers for `bytes`; returns "" or an error.
 std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* send, float* recv,
                    std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
   const int n = env.world;
-  const int64_t total = bytes / 4;
+  const tpx_dtype_t dtype = BenchDType();
+  const int64_t total = bytes / BenchElementSize();
   if (op == "all_reduce") {
-    auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+    auto a = MakeArgs(TPX_COLL_ALL_REDUCE, dtype);
     a.count = total;
     a.send = send;
     a.recv = recv;
     return RunOp(env, a);
   }
   if (op == "broadcast") {
-    auto a = MakeArgs(TPX_COLL_BROADCAST, TPX_DTYPE_F32);
+    auto a = MakeArgs(TPX_COLL_BROADCAST, dtype);
     a.count = total;
     a.send = a.recv = recv;
     return RunOp(env, a);
@@ -119,7 +129,7 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* se
     displs[i] = i * block;
   }
   if (op == "all_gather") {
-    auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, TPX_DTYPE_F32);
+    auto a = MakeArgs(TPX_COLL_ALL_GATHER_V, dtype);
     a.count = block;
     a.send = send;
     a.recv = recv;
@@ -128,7 +138,7 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* se
     return RunOp(env, a);
   }
   if (op == "reduce_scatter") {
-    auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, TPX_DTYPE_F32);
+    auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, dtype);
     a.count = block;
     a.send = send;
     a.recv = recv;
@@ -136,7 +146,7 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* se
     a.send_displs = displs.data();
     return RunOp(env, a);
   }
-  auto a = MakeArgs(TPX_COLL_ALL_TO_ALL_V, TPX_DTYPE_F32);
+  auto a = MakeArgs(TPX_COLL_ALL_TO_ALL_V, dtype);
   a.send = send;
   a.recv = recv;
   a.send_counts = a.recv_counts = counts.data();
@@ -147,7 +157,7 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* se
 // The bytes `op` of size `bytes` reads from its send buffer and writes to
 // its receive buffer on each of `n` ranks.
 std::pair<int64_t, int64_t> BufferBytes(const std::string& op, int64_t bytes, int n) {
-  const int64_t block = bytes / 4 / n * 4;
+  const int64_t block = bytes / BenchElementSize() / n * BenchElementSize();
   if (op == "all_gather") return {block, bytes};
   if (op == "reduce_scatter") return {bytes, block};
   if (op == "broadcast") return {0, bytes};
@@ -476,8 +486,15 @@ int main(int argc, char** argv) {
   }
   s.dir = dir;
 
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "f32" && dtype != "bf16") {
+    std::fprintf(stderr, "collectives: --dtype must be f32 or bf16, got '%s'\n", dtype.c_str());
+    return 2;
+  }
   std::string mpi_binary, mpi_skipped;
-  if (absl::GetFlag(FLAGS_openmpi)) {
+  if (dtype != "f32") {
+    mpi_skipped = "Open MPI has no bf16 reductions";
+  } else if (absl::GetFlag(FLAGS_openmpi)) {
     mpi_binary = BuildMpiPeer(s, &mpi_skipped);
   } else {
     mpi_skipped = "--noopenmpi";
@@ -504,10 +521,10 @@ int main(int argc, char** argv) {
         const double us = Median(t.medians);
         return absl::StrFormat(
             "{\"bench\":\"collectives\",\"impl\":\"%s\",\"hosts\":%d,\"world_size\":%d,"
-            "\"op\":\"%s\",\"bytes\":%d,\"time_us\":%.2f,\"busbw_gbps\":%.3f,\"best_us\":%.2f,"
-            "\"rounds\":%d,\"huge_pages\":%s",
-            impl, num_hosts, s.nproc, op, bytes, us, bytes / (us * 1e3) * factor, t.best, rounds,
-            huge_pages ? "true" : "false");
+            "\"op\":\"%s\",\"dtype\":\"%s\",\"bytes\":%d,\"time_us\":%.2f,\"busbw_gbps\":%.3f,"
+            "\"best_us\":%.2f,\"rounds\":%d,\"huge_pages\":%s",
+            impl, num_hosts, s.nproc, op, dtype, bytes, us, bytes / (us * 1e3) * factor, t.best,
+            rounds, huge_pages ? "true" : "false");
       };
       const Times& tpx = tpx_times[key];
       std::string tpx_line = line("tpx", tpx, tpx::GetCpuAllocator().huge_pages());

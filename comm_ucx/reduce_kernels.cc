@@ -221,4 +221,23 @@ void FromAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, const void* acc, 
   }
 }
 
+void ReduceTwo(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, void* out, const void* in,
+               const void* partial, size_t n) {
+  if (n == 0) return;
+  const size_t esz = ElementSize(dtype);
+  if (esz == AccElementSize(dtype)) {
+    ReduceInto(dtype, op, out, in, partial, n);
+    FromAcc(dtype, op, world, out, out, n);
+    return;
+  }
+  constexpr size_t kPiece = 1024;  // 4 KiB of f32: stays in L1 between the steps
+  float acc[kPiece];
+  for (size_t i = 0; i < n; i += kPiece) {
+    const size_t m = std::min(kPiece, n - i);
+    ToAcc(dtype, static_cast<const char*>(partial) + i * esz, acc, m);
+    ReduceInto(dtype, op, acc, static_cast<const char*>(in) + i * esz, acc, m);
+    FromAcc(dtype, op, world, acc, static_cast<char*>(out) + i * esz, m);
+  }
+}
+
 }  // namespace tpx::ucx

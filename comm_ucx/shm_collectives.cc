@@ -211,7 +211,7 @@ bool SmallAllReduce(const CollArgs& a, int n) {
 Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
   SharedSegment& shm = *io.shm();
   const int r = io.rank(), peer = 1 - r;
-  const size_t esz = ElementSize(a.dtype), asz = AccElementSize(a.dtype);
+  const size_t esz = ElementSize(a.dtype);
   const Blocks blocks = EvenBlocks(a.count, 2);
   ShmOp op(io, a);
   op.Post(a.count, 0, a.send, a.recv);
@@ -221,20 +221,12 @@ Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
   char* recv = static_cast<char*>(a.recv);
   const int64_t per_chunk = kDirectChunkBytes / esz;
   char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
-  char* acc = esz == asz ? nullptr : io.scratch(Scratch::kAcc, per_chunk * asz);
   for (int64_t done = 0; done < blocks.counts[r]; done += per_chunk) {
     const int64_t at = blocks.displs[r] + done;
     const int64_t len = std::min(per_chunk, blocks.counts[r] - done);
     Status read = shm.ReadPeer(peer, peer_send + at * esz, tmp, len * esz);
     if (!read.ok()) return io.Fail(read.code(), read.message());
-    if (acc == nullptr) {
-      ReduceInto(a.dtype, a.op, recv + at * esz, tmp, send + at * esz, len);
-      FromAcc(a.dtype, a.op, 2, recv + at * esz, recv + at * esz, len);
-    } else {
-      ToAcc(a.dtype, send + at * esz, acc, len);
-      ReduceInto(a.dtype, a.op, acc, tmp, acc, len);
-      FromAcc(a.dtype, a.op, 2, acc, recv + at * esz, len);
-    }
+    ReduceTwo(a.dtype, a.op, 2, recv + at * esz, tmp, send + at * esz, len);
   }
   // Once the peer's half is reduced, it has also stopped reading this
   // rank's input (which may be this rank's output: in place).
@@ -249,6 +241,47 @@ Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
   // The peer may still be reading this rank's output.
   op.Raise(kFinished);
   return op.WaitFor(kFinished);
+}
+
+// Two ranks, larger buffers: each rank reads its block from the peer's input
+// chunk by chunk and reduces it with its own block straight into its output.
+// Each rank publishes the address of the block its peer reads (the ranks may
+// lay out their inputs differently). Where the output overlaps that block,
+// or overlaps this rank's own block other than exactly, the result goes
+// through a buffer and is copied out once the peer has finished reading.
+Status TwoRankDirectReduceScatter(OpIo& io, const CollArgs& a) {
+  SharedSegment& shm = *io.shm();
+  const int r = io.rank(), peer = 1 - r;
+  const size_t esz = ElementSize(a.dtype);
+  const uint64_t hash = HashCounts(a.send_counts);
+  const char* send = static_cast<const char*>(a.send);
+  const char* own = send + a.send_displs[r] * esz;
+  const char* peers_block = send + a.send_displs[peer] * esz;
+  const int64_t mine = a.send_counts[r];
+  char* out = static_cast<char*>(a.recv);
+  ShmOp op(io, a);
+  op.Post(mine, hash, peers_block, a.recv);
+  TPX_PLUGIN_RETURN_IF_ERROR(
+      op.WaitPeers(hash, [&](int p) { return a.send_counts[p]; }));
+  const uint64_t peer_block = op.header(peer).send_addr;
+  const size_t out_bytes = mine * esz;
+  const bool in_place = (out == own || Disjoint(out, own, out_bytes)) &&
+                        Disjoint(out, peers_block, a.send_counts[peer] * esz);
+  char* dst = in_place ? out : io.scratch(Scratch::kOut, out_bytes);
+  const int64_t per_chunk = kDirectChunkBytes / esz;
+  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
+  for (int64_t done = 0; done < mine; done += per_chunk) {
+    const int64_t len = std::min(per_chunk, mine - done);
+    Status read = shm.ReadPeer(peer, peer_block + done * esz, tmp, len * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+    // Own block first, as the ring and the slot path combine them.
+    ReduceTwo(a.dtype, a.op, 2, dst + done * esz, own + done * esz, tmp, len);
+  }
+  // The peer may still be reading this rank's input.
+  op.Raise(kFinished);
+  TPX_PLUGIN_RETURN_IF_ERROR(op.WaitFor(kFinished));
+  if (!in_place && out_bytes > 0) std::memcpy(out, dst, out_bytes);
+  return Status();
 }
 
 }  // namespace
@@ -360,7 +393,11 @@ bool ShmReduceScatterV(OpIo& io, const CollArgs& a, Status* status) {
   int64_t total = 0;
   for (int64_t c : a.send_counts) total += c;
   const Tunables& t = GetTunables();
-  if (total * esz > t.shm_bytes) return false;
+  if (total * esz > t.shm_bytes) {
+    if (n != 2 || !io.shm()->cma()) return false;
+    *status = TwoRankDirectReduceScatter(io, a);
+    return true;
+  }
   const uint64_t hash = HashCounts(a.send_counts);
   ShmOp op(io, a);
   // The slot holds the peers' blocks, packed in rank order (this rank

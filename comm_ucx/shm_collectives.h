@@ -11,7 +11,10 @@
 //    have read its own block before returning (the caller may reuse `send`);
 //  - larger all_reduce at two ranks, the same way: each rank reads and
 //    reduces one half of its peer's input, then reads the other half of
-//    the result from its peer's output.
+//    the result from its peer's output;
+//  - larger reduce_scatter_v at two ranks: each rank reads its block from
+//    its peer's input and reduces it with its own into its output (bf16 and
+//    f16 through an f32 buffer in cache, rounded once, ReduceTwo).
 // Every rank posts what it runs (collective number, kind, dtype, op, sizes)
 // and checks its peers': disagreeing ranks get a "size mismatch" error,
 // never a wrong result. Reductions combine the ranks' contributions in the

@@ -4,8 +4,10 @@
 // with TPX_UCX_SHM_BYTES, direct reads in several pieces) in f32, bf16,
 // f16, i32 and i64, in place too; send buffers overwritten as soon as a
 // call returns; results bitwise equal to the UCX path's; ranks that
-// disagree on sizes or on the path get errors; a peer killed mid-collective is an error on the others, not a
-// hang; and no segment is left in /dev/shm.
+// disagree on sizes or on the path get errors; the two-rank direct
+// reduce_scatter_v with ranks laying out their inputs differently and the
+// output over either block; a peer killed mid-collective is an error on the
+// others, not a hang; and no segment is left in /dev/shm.
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -277,6 +279,51 @@ std::string ReduceScatterCases(RankEnv& env) {
   return "";
 }
 
+// Two ranks above the slot size: each reads its block straight from the
+// peer's input. The ranks lay their inputs out differently (rank 1 puts
+// block 1 first, with gaps), and the output is this rank's own input block,
+// a separate buffer, or the start of its input, which on rank 1 is where
+// the peer's block lies: that block must still be read intact.
+std::string TwoRankDirectReduceScatterCases(RankEnv& env) {
+  for (tpx_dtype_t t : {TPX_DTYPE_F32, TPX_DTYPE_BF16, TPX_DTYPE_I64}) {
+    const size_t esz = SizeOfDtype(t);
+    const std::vector<int64_t> counts = {3 * (kShmBytes / static_cast<int64_t>(esz)) + 5,
+                                         2 * (kShmBytes / static_cast<int64_t>(esz)) + 1};
+    std::vector<int64_t> displs =
+        env.rank == 0 ? std::vector<int64_t>{0, counts[0]}
+                      : std::vector<int64_t>{counts[1] + 7, 0};
+    const int64_t total = counts[0] + counts[1] + 7;
+    for (const char* out_at : {"own block", "separate", "input start"}) {
+      std::vector<char> send(total * esz), recv(counts[env.rank] * esz);
+      for (int b = 0; b < 2; ++b) {
+        for (int64_t j = 0; j < counts[b]; ++j) {
+          Store(t, &send[(displs[b] + j) * esz], Value(env.rank, b * 1000 + j));
+        }
+      }
+      auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, t);
+      a.count = counts[env.rank];
+      a.send = send.data();
+      a.send_counts = counts.data();
+      a.send_displs = displs.data();
+      const std::string where = out_at;
+      a.recv = where == "own block"  ? &send[displs[env.rank] * esz]
+               : where == "separate" ? recv.data()
+                                     : send.data();
+      const std::string what = "two-rank reduce_scatter_v dtype " + std::to_string(t) +
+                               ", output at the " + where;
+      if (std::string e = RunOp(env, a); !e.empty()) return what + ": " + e;
+      const char* out = static_cast<const char*>(a.recv);
+      for (int64_t j = 0; j < counts[env.rank]; ++j) {
+        const double want =
+            Rounded(t, Value(0, env.rank * 1000 + j) + Value(1, env.rank * 1000 + j));
+        const double got = Load(t, out + j * esz);
+        if (got != want) return Fail(what, j, got, want);
+      }
+    }
+  }
+  return "";
+}
+
 // Whether this process maps a shared-memory segment of the plugin.
 bool MapsSegment() {
   std::ifstream maps("/proc/self/maps");
@@ -434,6 +481,14 @@ TEST_P(ShmWorld, OneRankOnTheOtherPathFailsEveryRank) {
             "");
 }
 
+TEST(ShmTwoRanks, DirectReduceScatterTakesAnyLayout) {
+  EXPECT_EQ(RunRanks(2, [](RankEnv& env) -> std::string {
+              if (!MapsSegment()) return "no shared-memory segment mapped";
+              return TwoRankDirectReduceScatterCases(env);
+            }, ShmOptions()),
+            "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorld, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "World" + std::to_string(info.param); });
 
@@ -511,6 +566,41 @@ TEST(ShmFailure, PeerKilledInTwoRankAllReduceIsAnError) {
         << "count " << count;
     EXPECT_TRUE(SegmentsOf(pid).empty());
   }
+}
+
+TEST(ShmFailure, PeerKilledInTwoRankReduceScatterIsAnError) {
+  RunOptions options = ShmOptions();
+  options.comm_timeout_ms = 60000;
+  options.may_die = {1};
+  int pid = 0;
+  EXPECT_EQ(RunRecordingPid(2, [](RankEnv& env) -> std::string {
+              if (!MapsSegment()) return "no shared-memory segment mapped";
+              const int64_t count = 16 * kShmBytes;  // per rank: the direct-read path
+              std::vector<float> x(2 * count, 1.0f), y(count);
+              std::vector<int64_t> counts = {count, count}, displs = {0, count};
+              auto a = MakeArgs(TPX_COLL_REDUCE_SCATTER_V, TPX_DTYPE_F32);
+              a.count = count;
+              a.send = x.data();
+              a.recv = y.data();
+              a.send_counts = counts.data();
+              a.send_displs = displs.data();
+              for (int i = 0; i < 2; ++i) {
+                if (env.rank == 1 && i == 1) raise(SIGKILL);
+                int code = TPX_OK;
+                std::string e = RunOp(env, a, &code);
+                if (i == 0 && !e.empty()) return "first reduce_scatter_v: " + e;
+                if (i == 1) {
+                  if (code != TPX_ERR_UNAVAILABLE) return "expected UNAVAILABLE, got '" + e + "'";
+                  if (e.find("reduce_scatter") == std::string::npos ||
+                      e.find("rank 1") == std::string::npos) {
+                    return "op or rank 1 not named: " + e;
+                  }
+                }
+              }
+              return "";
+            }, options, &pid),
+            "");
+  EXPECT_TRUE(SegmentsOf(pid).empty());
 }
 
 }  // namespace
