@@ -204,6 +204,27 @@ bool SmallAllReduce(const CollArgs& a, int n) {
   return bytes <= t.shm_bytes && (n == 2 || bytes <= t.small_bytes || a.count < n);
 }
 
+// dst = own (op) the peer's `count` elements at `peer_addr` in its memory,
+// read a cache-sized chunk at a time so that each chunk is reduced while it
+// is still in cache. peer_first puts the peer's operand first, in the order
+// the path being matched combines them; dst may be `own`.
+Status ReduceWithPeer(OpIo& io, const CollArgs& a, uint64_t peer_addr, const char* own,
+                      char* dst, int64_t count, bool peer_first) {
+  const int peer = 1 - io.rank();
+  const size_t esz = ElementSize(a.dtype);
+  const int64_t per_chunk = kDirectChunkBytes / esz;
+  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
+  for (int64_t done = 0; done < count; done += per_chunk) {
+    const int64_t len = std::min(per_chunk, count - done);
+    Status read = io.shm()->ReadPeer(peer, peer_addr + done * esz, tmp, len * esz);
+    if (!read.ok()) return io.Fail(read.code(), read.message());
+    const char* mine = own + done * esz;
+    ReduceTwo(a.dtype, a.op, 2, dst + done * esz, peer_first ? tmp : mine,
+              peer_first ? mine : tmp, len);
+  }
+  return Status();
+}
+
 // Two ranks, larger buffers: each rank reads its half of the peer's input
 // (chunk by chunk, so the chunk is still in cache when it is reduced) and
 // reduces it into its own output, then reads the other half of the result
@@ -219,15 +240,10 @@ Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
   const uint64_t peer_send = op.header(peer).send_addr, peer_recv = op.header(peer).recv_addr;
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  const int64_t per_chunk = kDirectChunkBytes / esz;
-  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
-  for (int64_t done = 0; done < blocks.counts[r]; done += per_chunk) {
-    const int64_t at = blocks.displs[r] + done;
-    const int64_t len = std::min(per_chunk, blocks.counts[r] - done);
-    Status read = shm.ReadPeer(peer, peer_send + at * esz, tmp, len * esz);
-    if (!read.ok()) return io.Fail(read.code(), read.message());
-    ReduceTwo(a.dtype, a.op, 2, recv + at * esz, tmp, send + at * esz, len);
-  }
+  const int64_t own_at = blocks.displs[r];
+  TPX_PLUGIN_RETURN_IF_ERROR(ReduceWithPeer(io, a, peer_send + own_at * esz,
+                                            send + own_at * esz, recv + own_at * esz,
+                                            blocks.counts[r], /*peer_first=*/true));
   // Once the peer's half is reduced, it has also stopped reading this
   // rank's input (which may be this rank's output: in place).
   op.Raise(kReduced);
@@ -250,7 +266,6 @@ Status TwoRankDirectAllReduce(OpIo& io, const CollArgs& a) {
 // or overlaps this rank's own block other than exactly, the result goes
 // through a buffer and is copied out once the peer has finished reading.
 Status TwoRankDirectReduceScatter(OpIo& io, const CollArgs& a) {
-  SharedSegment& shm = *io.shm();
   const int r = io.rank(), peer = 1 - r;
   const size_t esz = ElementSize(a.dtype);
   const uint64_t hash = HashCounts(a.send_counts);
@@ -268,15 +283,9 @@ Status TwoRankDirectReduceScatter(OpIo& io, const CollArgs& a) {
   const bool in_place = (out == own || Disjoint(out, own, out_bytes)) &&
                         Disjoint(out, peers_block, a.send_counts[peer] * esz);
   char* dst = in_place ? out : io.scratch(Scratch::kOut, out_bytes);
-  const int64_t per_chunk = kDirectChunkBytes / esz;
-  char* tmp = io.scratch(Scratch::kTmp, per_chunk * esz);
-  for (int64_t done = 0; done < mine; done += per_chunk) {
-    const int64_t len = std::min(per_chunk, mine - done);
-    Status read = shm.ReadPeer(peer, peer_block + done * esz, tmp, len * esz);
-    if (!read.ok()) return io.Fail(read.code(), read.message());
-    // Own block first, as the ring and the slot path combine them.
-    ReduceTwo(a.dtype, a.op, 2, dst + done * esz, own + done * esz, tmp, len);
-  }
+  // Own block first, as the ring and the slot path combine them.
+  TPX_PLUGIN_RETURN_IF_ERROR(
+      ReduceWithPeer(io, a, peer_block, own, dst, mine, /*peer_first=*/false));
   // The peer may still be reading this rank's input.
   op.Raise(kFinished);
   TPX_PLUGIN_RETURN_IF_ERROR(op.WaitFor(kFinished));
