@@ -271,6 +271,12 @@ __device__ __forceinline__ void StoreUnit(T* p, const float (&v)[U]) {
   }
 }
 
+// Grid for a grid-stride loop over n elements, kPack per thread and step
+// when packed.
+inline unsigned ElementBlocks(int64_t n, bool packed) {
+  return BlocksFor(packed ? (n + kPack - 1) / kPack : n);
+}
+
 // Whether every non-null pointer may be read or written as Packed runs of
 // its element type.
 template <typename... T>

@@ -187,12 +187,12 @@ struct GeluBackward {
 
 template <typename TO, typename TI, typename F>
 cudaError_t Unary(const StridedLayout& l, void* out, const void* in, F f, cudaStream_t stream) {
-  if (l.contiguous && IsPackAligned<TO>(out) && IsPackAligned<TI>(in)) {
-    UnaryPackedKernel<<<BlocksFor((l.numel + kPack - 1) / kPack), kThreads, 0, stream>>>(
-        l.numel, static_cast<TO*>(out), static_cast<const TI*>(in), f);
+  TO* o = static_cast<TO*>(out);
+  const TI* x = static_cast<const TI*>(in);
+  if (l.contiguous && AllPackAligned(o, x)) {
+    UnaryPackedKernel<<<ElementBlocks(l.numel, true), kThreads, 0, stream>>>(l.numel, o, x, f);
   } else {
-    UnaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(l, static_cast<TO*>(out),
-                                                             static_cast<const TI*>(in), f);
+    UnaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(l, o, x, f);
   }
   return cudaGetLastError();
 }
@@ -200,12 +200,13 @@ cudaError_t Unary(const StridedLayout& l, void* out, const void* in, F f, cudaSt
 template <typename TO, typename TA, typename TB, typename F>
 cudaError_t Binary(const StridedLayout& l, void* out, const void* a, const void* b, F f,
                    cudaStream_t stream) {
-  if (l.contiguous && IsPackAligned<TO>(out) && IsPackAligned<TA>(a) && IsPackAligned<TB>(b)) {
-    BinaryPackedKernel<<<BlocksFor((l.numel + kPack - 1) / kPack), kThreads, 0, stream>>>(
-        l.numel, static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), f);
+  TO* o = static_cast<TO*>(out);
+  const TA* x = static_cast<const TA*>(a);
+  const TB* y = static_cast<const TB*>(b);
+  if (l.contiguous && AllPackAligned(o, x, y)) {
+    BinaryPackedKernel<<<ElementBlocks(l.numel, true), kThreads, 0, stream>>>(l.numel, o, x, y, f);
   } else {
-    BinaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(
-        l, static_cast<TO*>(out), static_cast<const TA*>(a), static_cast<const TB*>(b), f);
+    BinaryKernel<<<BlocksFor(l.numel), kThreads, 0, stream>>>(l, o, x, y, f);
   }
   return cudaGetLastError();
 }

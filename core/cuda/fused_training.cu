@@ -274,11 +274,6 @@ __global__ void DropoutAddKernel(T* out, const T* x, int64_t n, DropoutOperands<
   }
 }
 
-// Grid for n elements, kPack per thread and step when packed.
-unsigned ElementBlocks(int64_t n, bool packed) {
-  return BlocksFor(packed ? (n + kPack - 1) / kPack : n);
-}
-
 }  // namespace
 
 cudaError_t LaunchCrossEntropyStats(DType dtype, const void* logits, const int64_t* target,

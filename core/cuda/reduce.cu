@@ -188,7 +188,7 @@ cudaError_t Sum(const void* in, void* out, int64_t outer, int64_t n, int64_t inn
   const T* x = static_cast<const T*>(in);
   TO* y = static_cast<TO*>(out);
   if (UseRowKernel(n, inner)) {
-    if (n % kPack == 0 && IsPackAligned<T>(x)) {
+    if (RowsPackable(n, x)) {
       SumRowsKernel<T, A, TO, true>
           <<<RowBlocks(outer), kThreads, 0, stream>>>(x, y, outer, n, scale);
     } else {
