@@ -49,7 +49,8 @@ ABSL_FLAG(std::string, openblas_core, "auto",
           "restarts itself without the host's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which "
           "OpenBLAS reads when it loads) or env (as the environment says).");
 ABSL_FLAG(std::string, cases, "all",
-          "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes).");
+          "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes); or "
+          "case names (gpt_attn_dv,...).");
 
 namespace tpx {
 namespace {
@@ -123,6 +124,15 @@ Shape Stored(int64_t batch, int64_t rows, int64_t cols, bool trans) {
   return s;
 }
 
+// Whether --cases names the case or its group.
+bool Selected(const std::string& cases, const Case& c) {
+  if (cases == "all") return true;
+  for (absl::string_view entry : absl::StrSplit(cases, ',', absl::SkipEmpty())) {
+    if (entry == c.group || entry == c.name) return true;
+  }
+  return false;
+}
+
 std::vector<int> ParseThreads() {
   std::vector<int> out;
   for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_threads), ',', absl::SkipEmpty())) {
@@ -157,7 +167,7 @@ int Main() {
     };
     Worst worst[2];
     for (const Case& s : Cases()) {
-      if (groups != "all" && !absl::StrContains(groups, s.group)) continue;
+      if (!Selected(groups, s)) continue;
       const double flops = 2.0 * s.batch * s.m * s.n * s.k;
       Tensor a = Filled(Stored(s.batch, s.m, s.k, s.trans_a), DType::kF32, 1.0f);
       Tensor b = Filled(Stored(s.batch, s.k, s.n, s.trans_b), DType::kF32, 0.5f);

@@ -127,7 +127,7 @@ template <int NV, int MR>
 TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t* bp,
                            int64_t pairs, int64_t row, int64_t col, Stage stage) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -137,7 +137,7 @@ TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(bp + p * kPanel + 16 * v);
     const uint32_t* a_pair = ap + p * kChunkRows;
-#pragma GCC unroll 8
+#pragma GCC unroll 12
     for (int r = 0; r < MR; ++r) {
       const __m512i av = _mm512_set1_epi32(static_cast<int>(a_pair[r]));
 #pragma GCC unroll 4
@@ -149,7 +149,7 @@ TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t
   const __mmask16 tail = FirstLanes(pr.n - col - 16 * (NV - 1));
   const __m512 alpha = _mm512_set1_ps(pr.alpha), beta = _mm512_set1_ps(pr.beta);
   const bool read_c = pr.beta != 0.0f && (stage == Stage::kOnly || stage == Stage::kLast);
-#pragma GCC unroll 8
+#pragma GCC unroll 12
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
@@ -202,16 +202,29 @@ void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32
 }
 
 // The block at (row, col) with as many rows and 16-column vectors as C
-// has there.
-void BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
-             int64_t row, int64_t col, Stage stage) {
-  const int64_t rows = std::min(kMr, pr.m - row);
-  switch ((pr.n - col + 15) / 16) {
-    case 1: return BlockRows<1>(rows, pr, ap, bp, pairs, row, col, stage);
-    case 2: return BlockRows<2>(rows, pr, ap, bp, pairs, row, col, stage);
-    case 3: return BlockRows<3>(rows, pr, ap, bp, pairs, row, col, stage);
-    default: return BlockRows<4>(rows, pr, ap, bp, pairs, row, col, stage);
+// has there. A panel of at most 32 columns (attention's dV, n = head size)
+// fills only 2 x kMr accumulators, too few to cover vdpbf16ps's latency on
+// two pipes; there a full block covers 2 * kMr rows instead. Returns the
+// rows done.
+int64_t BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
+                int64_t row, int64_t col, int64_t row_end, Stage stage) {
+  const int64_t vectors = (pr.n - col + 15) / 16;
+  if (vectors <= 2 && row + 2 * kMr <= row_end) {
+    if (vectors == 1) {
+      Block<1, 2 * kMr>(pr, ap, bp, pairs, row, col, stage);
+    } else {
+      Block<2, 2 * kMr>(pr, ap, bp, pairs, row, col, stage);
+    }
+    return 2 * kMr;
   }
+  const int64_t rows = std::min(kMr, pr.m - row);
+  switch (vectors) {
+    case 1: BlockRows<1>(rows, pr, ap, bp, pairs, row, col, stage); break;
+    case 2: BlockRows<2>(rows, pr, ap, bp, pairs, row, col, stage); break;
+    case 3: BlockRows<3>(rows, pr, ap, bp, pairs, row, col, stage); break;
+    default: BlockRows<4>(rows, pr, ap, bp, pairs, row, col, stage); break;
+  }
+  return kMr;
 }
 
 // One product on the calling thread, with its own buffers: bp for a B
@@ -254,17 +267,21 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
     for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
       const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
       PackA(pr, sl.p0, sl.pairs, b0 * kMr, ap);
+      const int64_t row_end = std::min(pr.m, b1 * kMr);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
-        for (int64_t blk = b0; blk < b1; ++blk) {
-          for (int64_t i = 0; i < pf_step && pf_next < pf_lines; ++i, ++pf_next) {
+        for (int64_t row = b0 * kMr; row < row_end;) {
+          const int64_t done = BlockAt(pr, ap + (row - b0 * kMr),
+                                       bp + (panel - sl.g0) * kPanelStride, sl.pairs, row,
+                                       panel * kPanel, row_end, stage);
+          row += done;
+          const int64_t lines = pf_step * (done / kMr);
+          for (int64_t i = 0; i < lines && pf_next < pf_lines; ++i, ++pf_next) {
             _mm_prefetch(pf_row + pf_col * 64, _MM_HINT_T1);
             if (++pf_col == pf_per_row) {
               pf_col = 0;
               pf_row += pf_row_bytes;
             }
           }
-          BlockAt(pr, ap + (blk - b0) * kMr, bp + (panel - sl.g0) * kPanelStride, sl.pairs,
-                  blk * kMr, panel * kPanel, stage);
         }
       }
     }
@@ -273,15 +290,25 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
 }
 
 // Part t of nt of a product, for one thread: a range of whole blocks of
-// rows (each thread packs all of B, which the callers keep the smaller
-// operand).
+// rows or of whole panels of columns, whichever of m and n is larger. Each
+// thread packs its part of the split operand and all of the other, so
+// splitting the larger one packs the least.
 Product Part(const Product& pr, int t, int nt) {
   Product part = pr;
+  const size_t c_size = pr.c_bf16 ? 2 : 4;
+  if (pr.n > pr.m) {
+    const int64_t c0 = std::min(pr.n, pr.Panels() * t / nt * kPanel);
+    const int64_t c1 = std::min(pr.n, pr.Panels() * (t + 1) / nt * kPanel);
+    part.b += c0;
+    part.n = c1 - c0;
+    part.c = static_cast<char*>(pr.c) + c0 * c_size;
+    return part;
+  }
   const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
   const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
   part.a += r0;
   part.m = r1 - r0;
-  part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * (pr.c_bf16 ? 2 : 4);
+  part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * c_size;
   return part;
 }
 
