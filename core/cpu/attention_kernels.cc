@@ -962,11 +962,39 @@ Blocks<const Pair> PairBlocks(const BF16* x, int64_t parts, const Layout& L, int
   return {packed, (L.d + 1) / 2, hn * block, block};
 }
 
+// out[j] = lo[j] | hi[j] << 16 for j < n: two bf16 rows (hi null: zeros)
+// as pairs across them, 32 values of each row per two vpermt2w.
+TPX_PAIR_TARGET void InterleaveHalves(const uint16_t* lo, const uint16_t* hi, int64_t n,
+                                      Pair* out) {
+  // Words j and j + 16 of a 32-value step take halves (j, 32 + j) and
+  // (16 + j, 48 + j) of the two rows' vectors side by side.
+  alignas(64) static constexpr uint16_t kFirst[32] = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kSecond[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i first = _mm512_load_si512(kFirst), second = _mm512_load_si512(kSecond);
+  for (int64_t j = 0; j < n; j += 32) {
+    const int64_t left = n - j;
+    const __mmask32 halves = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+    const __m512i l = _mm512_maskz_loadu_epi16(halves, lo + j);
+    const __m512i h = hi == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(halves, hi + j);
+    const __mmask16 words0 = left >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << left) - 1);
+    const __mmask16 words1 = left >= 32   ? __mmask16{0xffff}
+                             : left <= 16 ? __mmask16{0}
+                                          : static_cast<__mmask16>((1u << (left - 16)) - 1);
+    _mm512_mask_storeu_epi32(out + j, words0, _mm512_permutex2var_epi16(l, first, h));
+    _mm512_mask_storeu_epi32(out + j + 16, words1, _mm512_permutex2var_epi16(l, second, h));
+  }
+}
+
 // Pairs along a row to pairs across rows: out[i][j] = (x[2i][j], x[2i +
 // 1][j]) for i < ceil(rows / 2), j < d, from x as PairBlocks gives it
 // (rows of dw = ceil(d / 2) words, ldx apart); a missing last row is 0.
 constexpr int64_t kInterleaveAhead = 8;
-void InterleavePairRows(const Pair* x, int64_t ldx, int64_t rows, int64_t d, Pair* out) {
+TPX_PAIR_TARGET void InterleavePairRows(const Pair* x, int64_t ldx, int64_t rows, int64_t d,
+                                        Pair* out) {
   const int64_t dw = (d + 1) / 2;
   for (int64_t i = 0; 2 * i < rows; ++i) {
     const Pair* lo = x + 2 * i * ldx;
@@ -979,37 +1007,22 @@ void InterleavePairRows(const Pair* x, int64_t ldx, int64_t rows, int64_t d, Pai
         PrefetchLine(ahead + ldx + j);
       }
     }
-    Pair* o = out + i * d;
-    if (2 * i + 1 == rows) {
-      for (int64_t j = 0; j < d / 2; ++j) {
-        o[2 * j] = lo[j] & 0xffffu;
-        o[2 * j + 1] = lo[j] >> 16;
-      }
-      if (d % 2 != 0) o[d - 1] = lo[dw - 1] & 0xffffu;
-      continue;
-    }
-    const Pair* hi = lo + ldx;
-    for (int64_t j = 0; j < d / 2; ++j) {
-      o[2 * j] = (lo[j] & 0xffffu) | hi[j] << 16;
-      o[2 * j + 1] = lo[j] >> 16 | (hi[j] & 0xffff0000u);
-    }
-    if (d % 2 != 0) o[d - 1] = (lo[dw - 1] & 0xffffu) | hi[dw - 1] << 16;
+    // A row's d values are its first d halves (little-endian pairs).
+    const Pair* hi = 2 * i + 1 < rows ? lo + ldx : nullptr;
+    InterleaveHalves(reinterpret_cast<const uint16_t*>(lo),
+                     reinterpret_cast<const uint16_t*>(hi), d, out + i * d);
   }
 }
 
 // bf16 rows to pairs across rows: out[i][j] = (x[2i][j], x[2i + 1][j]) for
 // i < ceil(rows / 2), j < n; a missing last row is 0.
-void InterleaveBf16Rows(const BF16* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
-                        int64_t ldo) {
+TPX_PAIR_TARGET void InterleaveBf16Rows(const BF16* x, int64_t ldx, int64_t rows, int64_t n,
+                                        Pair* out, int64_t ldo) {
   for (int64_t i = 0; 2 * i < rows; ++i) {
     const BF16* lo = x + 2 * i * ldx;
-    Pair* o = out + i * ldo;
-    if (2 * i + 1 < rows) {
-      const BF16* hi = lo + ldx;
-      for (int64_t j = 0; j < n; ++j) o[j] = lo[j].bits | Pair{hi[j].bits} << 16;
-    } else {
-      for (int64_t j = 0; j < n; ++j) o[j] = lo[j].bits;
-    }
+    const BF16* hi = 2 * i + 1 < rows ? lo + ldx : nullptr;
+    InterleaveHalves(reinterpret_cast<const uint16_t*>(lo),
+                     reinterpret_cast<const uint16_t*>(hi), n, out + i * ldo);
   }
 }
 
