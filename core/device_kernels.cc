@@ -96,6 +96,22 @@ absl::Status DeviceKernels::SumOfSquares(const Tensor&, int64_t, double*) {
   return NotOnThisDevice("SumOfSquares");
 }
 
+absl::Status DeviceKernels::AdamWSteps(absl::Span<const AdamWOperands> updates) {
+  for (const AdamWOperands& u : updates) {
+    TPX_RETURN_IF_ERROR(AdamWStep(u.param, u.grad, u.exp_avg, u.exp_avg_sq, u.working,
+                                  u.param.numel(), u.coefficients));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceKernels::SumsOfSquares(absl::Span<const Tensor> xs, double* out) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    out[i] = 0;
+    if (xs[i].numel() > 0) TPX_RETURN_IF_ERROR(SumOfSquares(xs[i], xs[i].numel(), &out[i]));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DeviceKernels::AdamWStep(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                       const Tensor&, int64_t, const AdamWCoefficients&) {
   return NotOnThisDevice("AdamWStep");

@@ -28,6 +28,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/adamw_operands.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -155,9 +157,18 @@ class DeviceKernels {
   // f32) and working (bf16 or undefined): per element
   //   p *= decay; m = b1 m + (1 - b1) g; s = b2 s + (1 - b2) g^2;
   //   p -= step_size * m / (sqrt(s) * inv_sqrt_bias2 + eps); working = bf16(p).
+  //   (g = grad * grad_scale throughout).
   virtual absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                                  const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
                                  const AdamWCoefficients& c);
+  // AdamWStep for each entry (contiguous, n = param's elements), so that a
+  // device can update an optimizer's whole parameter list in one pass.
+  // Default: AdamWStep per entry.
+  virtual absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates);
+  // out[i] = SumOfSquares of xs[i] (contiguous, floating, all of its
+  // elements; 0 when empty), in one pass where the device can. Default:
+  // SumOfSquares per entry.
+  virtual absl::Status SumsOfSquares(absl::Span<const Tensor> xs, double* out);
   // out = (keep ? (x + bias) * scale : 0) + residual over n elements; x, out
   // and residual (undefined: none) share a floating dtype; keep is bool
   // (undefined: every element kept); bias (undefined: none) has x's dtype

@@ -43,7 +43,9 @@ enum class ReduceOp {
 
 // Per-step scalars of one AdamW update (DeviceKernels::AdamWStep), already
 // folded: decay = 1 - lr * weight_decay (1 without decay), step_size = lr /
-// (1 - b1^t), inv_sqrt_bias2 = 1 / sqrt(1 - b2^t).
+// (1 - b1^t), inv_sqrt_bias2 = 1 / sqrt(1 - b2^t). The gradient is read as
+// grad * grad_scale (gradient clipping's coefficient, applied in the same
+// pass instead of rewriting the gradients first).
 struct AdamWCoefficients {
   float decay;
   float beta1;
@@ -51,6 +53,7 @@ struct AdamWCoefficients {
   float step_size;
   float inv_sqrt_bias2;
   float eps;
+  float grad_scale = 1.0f;
 };
 
 }  // namespace tpx

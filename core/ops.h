@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "core/adamw_operands.h"
 #include "core/kernel_ops.h"
 #include "core/tensor.h"
 
@@ -209,12 +210,21 @@ absl::StatusOr<Tensor> CrossEntropyBackward(const Tensor& logits, const Tensor& 
 // Sum of t_i^2 over every element of t (floating), squares and sum in f64,
 // read back to the host (for gradient-norm clipping).
 absl::StatusOr<double> SumOfSquares(const Tensor& t);
+// SumOfSquares of each tensor (floating, all on one device) in one call,
+// each the same as alone: one pass over all of them where the device can.
+absl::StatusOr<std::vector<double>> SumsOfSquares(absl::Span<const Tensor> ts);
 // One AdamW update in place (optim/adamw.h has the formula): param,
-// exp_avg, exp_avg_sq f32; grad f32 or bf16; working (bf16, or undefined)
-// receives the updated param rounded to bf16. All contiguous, one shape.
+// exp_avg, exp_avg_sq f32; grad f32 or bf16 (read times
+// coefficients.grad_scale); working (bf16, or undefined) receives the
+// updated param rounded to bf16. All contiguous, one shape.
 absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                        const Tensor& exp_avg_sq, const Tensor& working,
                        const AdamWCoefficients& coefficients);
+// AdamWStep for each entry (all on one device), with the same results, in
+// one pass where the device can (an optimizer's whole parameter list).
+// Every entry is checked first, as AdamWStep checks its arguments (the
+// error names the entry): on an error nothing is updated.
+absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates);
 // (keep ? (x + bias) * scale : 0) + residual, in f32, rounded once to x's
 // dtype (floating). bias [size(-1)] (undefined: none) and residual (x's
 // shape; undefined: none) have x's dtype; keep (bool, x's shape; undefined:

@@ -54,6 +54,46 @@ absl::Status CheckContiguousF32(const Tensor& t, const Shape& shape, const char*
   return absl::OkStatus();
 }
 
+// One AdamWStep entry checked, with its gradient made contiguous.
+absl::StatusOr<AdamWOperands> CheckAdamWOperands(const AdamWOperands& u, const char* op) {
+  TPX_RETURN_IF_ERROR(CheckInput(u.param, op, "param"));
+  const Shape& shape = u.param.shape();
+  TPX_RETURN_IF_ERROR(CheckContiguousF32(u.param, shape, op, "param"));
+  TPX_RETURN_IF_ERROR(CheckContiguousF32(u.exp_avg, shape, op, "exp_avg"));
+  TPX_RETURN_IF_ERROR(CheckContiguousF32(u.exp_avg_sq, shape, op, "exp_avg_sq"));
+  TPX_RETURN_IF_ERROR(CheckInput(u.grad, op, "grad"));
+  if ((u.grad.dtype() != DType::kF32 && u.grad.dtype() != DType::kBF16) ||
+      u.grad.shape() != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": grad must be f32 or bf16 ",
+                                                   ShapeString(shape), ", got ",
+                                                   u.grad.ToString()));
+  }
+  if (u.working.defined() && (u.working.dtype() != DType::kBF16 || u.working.shape() != shape ||
+                              !u.working.is_contiguous())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": working must be contiguous bf16 ",
+                                                   ShapeString(shape), ", got ",
+                                                   u.working.ToString()));
+  }
+  AdamWOperands out = u;
+  TPX_ASSIGN_OR_RETURN(out.grad, u.grad.Contiguous());
+  return out;
+}
+
+// The kernels of the device every tensor of `ts` (defined, at least one)
+// lives on; an error names two on different devices.
+absl::StatusOr<DeviceKernels*> KernelsOfAll(const char* op, absl::Span<const Tensor> ts) {
+  for (const Tensor& t : ts) {
+    if (t.device() != ts[0].device()) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": tensors on different devices: ",
+                                                     ts[0].ToString(), " on ",
+                                                     ts[0].device().ToString(), " and ",
+                                                     t.ToString(), " on ",
+                                                     t.device().ToString()));
+    }
+  }
+  return internal::KernelsOf(op, {&ts[0]});
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> CrossEntropyStats(const Tensor& logits, const Tensor& target) {
@@ -100,42 +140,56 @@ absl::StatusOr<Tensor> CrossEntropyBackward(const Tensor& logits, const Tensor& 
 }
 
 absl::StatusOr<double> SumOfSquares(const Tensor& t) {
+  TPX_ASSIGN_OR_RETURN(std::vector<double> sums,
+                       SumsOfSquares(absl::Span<const Tensor>(&t, 1)));
+  return sums[0];
+}
+
+absl::StatusOr<std::vector<double>> SumsOfSquares(absl::Span<const Tensor> ts) {
   constexpr const char* kOp = "SumOfSquares";
-  TPX_RETURN_IF_ERROR(CheckInput(t, kOp));
-  TPX_RETURN_IF_ERROR(CheckFloating(t, kOp));
-  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&t}));
-  TPX_ASSIGN_OR_RETURN(Tensor tc, t.Contiguous());
-  double sum = 0;
-  if (t.numel() > 0) TPX_RETURN_IF_ERROR(k->SumOfSquares(tc, t.numel(), &sum));
-  return sum;
+  std::vector<double> sums(ts.size(), 0.0);
+  if (ts.empty()) return sums;
+  std::vector<Tensor> contiguous;
+  for (const Tensor& t : ts) {
+    TPX_RETURN_IF_ERROR(CheckInput(t, kOp));
+    TPX_RETURN_IF_ERROR(CheckFloating(t, kOp));
+    TPX_ASSIGN_OR_RETURN(Tensor tc, t.Contiguous());
+    contiguous.push_back(std::move(tc));
+  }
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, KernelsOfAll(kOp, contiguous));
+  TPX_RETURN_IF_ERROR(k->SumsOfSquares(contiguous, sums.data()));
+  return sums;
 }
 
 absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                        const Tensor& exp_avg_sq, const Tensor& working,
                        const AdamWCoefficients& coefficients) {
+  const AdamWOperands update{param, grad, exp_avg, exp_avg_sq, working, coefficients};
+  return AdamWSteps(absl::Span<const AdamWOperands>(&update, 1));
+}
+
+absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates) {
   constexpr const char* kOp = "AdamWStep";
-  TPX_RETURN_IF_ERROR(CheckInput(param, kOp, "param"));
-  const Shape& shape = param.shape();
-  TPX_RETURN_IF_ERROR(CheckContiguousF32(param, shape, kOp, "param"));
-  TPX_RETURN_IF_ERROR(CheckContiguousF32(exp_avg, shape, kOp, "exp_avg"));
-  TPX_RETURN_IF_ERROR(CheckContiguousF32(exp_avg_sq, shape, kOp, "exp_avg_sq"));
-  TPX_RETURN_IF_ERROR(CheckInput(grad, kOp, "grad"));
-  if ((grad.dtype() != DType::kF32 && grad.dtype() != DType::kBF16) || grad.shape() != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": grad must be f32 or bf16 ",
-                                                   ShapeString(shape), ", got ",
-                                                   grad.ToString()));
+  std::vector<AdamWOperands> checked;
+  std::vector<Tensor> all;
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const AdamWOperands& u = updates[i];
+    absl::StatusOr<AdamWOperands> ok = CheckAdamWOperands(u, kOp);
+    if (!ok.ok()) {
+      if (updates.size() == 1) return ok.status();
+      return absl::Status(ok.status().code(),
+                          absl::StrCat("entry ", i, " of ", updates.size(), ": ",
+                                       ok.status().message()));
+    }
+    if (u.param.numel() == 0) continue;
+    for (const Tensor* t : {&u.param, &u.grad, &u.exp_avg, &u.exp_avg_sq, &u.working}) {
+      if (t->defined()) all.push_back(*t);
+    }
+    checked.push_back(*std::move(ok));
   }
-  if (working.defined() && (working.dtype() != DType::kBF16 || working.shape() != shape ||
-                            !working.is_contiguous())) {
-    return absl::InvalidArgumentError(absl::StrCat(kOp, ": working must be contiguous bf16 ",
-                                                   ShapeString(shape), ", got ",
-                                                   working.ToString()));
-  }
-  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, {&param, &grad, &exp_avg,
-                                                                    &exp_avg_sq, &working}));
-  TPX_ASSIGN_OR_RETURN(Tensor gc, grad.Contiguous());
-  if (param.numel() == 0) return absl::OkStatus();
-  return k->AdamWStep(param, gc, exp_avg, exp_avg_sq, working, param.numel(), coefficients);
+  if (checked.empty()) return absl::OkStatus();
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, KernelsOfAll(kOp, all));
+  return k->AdamWSteps(checked);
 }
 
 absl::StatusOr<Tensor> DropoutAdd(const Tensor& x, const Tensor& bias, const Tensor& keep,

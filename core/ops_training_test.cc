@@ -188,6 +188,106 @@ TEST_P(FusedTrainingTest, AdamWStepMatchesScalarReference) {
   }
 }
 
+// Many parameters in one call: each exactly as AdamWStep alone would update
+// it (entries of several blocks, ragged, tiny and empty; f32 and bf16
+// gradients; with and without a working copy; per-entry coefficients). A
+// gradient scale is the same as the gradient scaled first (f32: the same
+// rounded product).
+TEST_P(FusedTrainingTest, AdamWStepsIsAdamWStepPerEntryBitForBit) {
+  struct Entry {
+    int64_t n;
+    DType grad_dtype;
+    bool working;
+    float grad_scale;
+  };
+  const std::vector<Entry> entries = {{10001, DType::kF32, false, 1.0f},
+                                      {3, DType::kBF16, true, 0.37f},
+                                      {0, DType::kF32, false, 1.0f},
+                                      {2048, DType::kBF16, false, 1.0f},
+                                      {4097, DType::kF32, true, 0.37f}};
+  std::vector<AdamWOperands> batch, alone;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const uint32_t seed = static_cast<uint32_t>(10 * i);
+    AdamWOperands u{TestRandom({e.n}, DType::kF32, seed + 1),
+                    TestRandom({e.n}, e.grad_dtype, seed + 2),
+                    TestRandom({e.n}, DType::kF32, seed + 3, -0.1f, 0.1f),
+                    TestRandom({e.n}, DType::kF32, seed + 4, 0.0f, 0.01f),
+                    e.working ? *TestZeros({e.n}, DType::kBF16) : Tensor(),
+                    AdamWCoefficients{.decay = 1.0f - 1e-4f * static_cast<float>(i),
+                                      .beta1 = 0.9f,
+                                      .beta2 = 0.95f,
+                                      .step_size = 1e-3f * static_cast<float>(i + 1),
+                                      .inv_sqrt_bias2 = 1.5f,
+                                      .eps = 1e-8f,
+                                      .grad_scale = e.grad_scale}};
+    AdamWOperands v = u;
+    for (Tensor* t : {&v.param, &v.grad, &v.exp_avg, &v.exp_avg_sq, &v.working}) {
+      if (t->defined()) *t = *t->Clone();
+    }
+    batch.push_back(std::move(u));
+    alone.push_back(std::move(v));
+  }
+  absl::Status st = AdamWSteps(batch);
+  SKIP_IF_UNIMPLEMENTED(st);
+  ASSERT_TRUE(st.ok()) << st;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "entry " << i);
+    AdamWOperands& v = alone[i];
+    ASSERT_TRUE(AdamWStep(v.param, v.grad, v.exp_avg, v.exp_avg_sq, v.working, v.coefficients)
+                    .ok());
+    EXPECT_EQ(batch[i].param.ToVector<float>(), v.param.ToVector<float>());
+    EXPECT_EQ(batch[i].exp_avg.ToVector<float>(), v.exp_avg.ToVector<float>());
+    EXPECT_EQ(batch[i].exp_avg_sq.ToVector<float>(), v.exp_avg_sq.ToVector<float>());
+    if (entries[i].working) {
+      EXPECT_EQ(batch[i].working.ToVector<float>(), v.working.ToVector<float>());
+    }
+  }
+  // The scale read with the gradient: an f32 gradient scaled beforehand
+  // (the same rounded products) gives the same update.
+  AdamWOperands scaled = alone[4], prescaled = alone[4];
+  for (AdamWOperands* u : {&scaled, &prescaled}) {
+    for (Tensor* t : {&u->param, &u->grad, &u->exp_avg, &u->exp_avg_sq, &u->working}) {
+      *t = *t->Clone();
+    }
+  }
+  prescaled.grad = *Scale(prescaled.grad, 0.37f);
+  prescaled.coefficients.grad_scale = 1.0f;
+  ASSERT_TRUE(AdamWSteps({scaled}).ok());
+  ASSERT_TRUE(AdamWSteps({prescaled}).ok());
+  EXPECT_EQ(scaled.param.ToVector<float>(), prescaled.param.ToVector<float>());
+  EXPECT_EQ(scaled.exp_avg_sq.ToVector<float>(), prescaled.exp_avg_sq.ToVector<float>());
+
+  // A bad entry is named, and nothing is updated.
+  const std::vector<float> before = batch[0].param.ToVector<float>();
+  std::vector<AdamWOperands> bad = {batch[0], batch[1]};
+  bad[1].exp_avg = TestRandom({4});
+  EXPECT_THAT(AdamWSteps(bad).message(),
+              HasSubstr("entry 1 of 2: AdamWStep: exp_avg must be contiguous f32 [3]"));
+  EXPECT_EQ(batch[0].param.ToVector<float>(), before);
+}
+
+// Sums of squares of several tensors in one call: each exactly its
+// SumOfSquares alone (mixed dtypes, a strided view, an empty tensor).
+TEST_P(FusedTrainingTest, SumsOfSquaresIsSumOfSquaresPerTensorBitForBit) {
+  Tensor m = TestRandom({40, 6}, DType::kF32, 11);
+  const std::vector<Tensor> ts = {TestRandom({10001}, DType::kF32, 12),
+                                  TestRandom({3}, DType::kBF16, 13), *TestZeros({0}),
+                                  *m.Narrow(1, 2, 3), TestRandom({4097}, DType::kBF16, 14)};
+  absl::StatusOr<std::vector<double>> sums = SumsOfSquares(ts);
+  SKIP_IF_UNIMPLEMENTED(sums.status());
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  ASSERT_EQ(sums->size(), ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    absl::StatusOr<double> alone = SumOfSquares(ts[i]);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ((*sums)[i], *alone) << i;
+  }
+  EXPECT_EQ((*sums)[2], 0.0);
+  EXPECT_THAT(SumsOfSquares({ts[0], *TestZeros({2}, DType::kI64)}).status().message(),
+              HasSubstr("SumOfSquares: input must be f32, bf16 or f16"));
+}
+
 TEST_P(FusedTrainingTest, DropoutAddMatchesScalarReferenceForEveryOperandMix) {
   const Shape shape = {96, 130};  // 12,480 elements over several pieces
   const int64_t n = 96 * 130, h = 130;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
+#include "optim/device_groups.h"
 
 namespace tpx::optim {
 namespace {
@@ -72,7 +73,11 @@ absl::StatusOr<AdamW> AdamW::Create(std::vector<Param> params, AdamWOptions opti
   return opt;
 }
 
-absl::Status AdamW::Step(double lr) {
+absl::Status AdamW::Step(double lr, double grad_scale) {
+  if (!(grad_scale > 0) || !std::isfinite(grad_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdamW::Step: grad_scale must be finite and > 0, got ", grad_scale));
+  }
   // Every gradient is checked before any parameter changes, so a failed step
   // leaves the optimizer and the parameters as they were.
   for (const Param& param : params_) {
@@ -91,6 +96,10 @@ absl::Status AdamW::Step(double lr) {
     }
   }
   ++steps_;
+  // The updates of the parameters with a gradient, in order.
+  std::vector<size_t> index;
+  std::vector<AdamWOperands> updates;
+  std::vector<Device> devices;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Variable& v = params_[i].var;
     const Tensor& g_t = v.grad();
@@ -106,24 +115,37 @@ absl::Status AdamW::Step(double lr) {
         .beta2 = static_cast<float>(b2),
         .step_size = static_cast<float>(lr / bias1),
         .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2)),
-        .eps = static_cast<float>(options_.eps)};
-    const Tensor& master = master_[i];
+        .eps = static_cast<float>(options_.eps),
+        .grad_scale = static_cast<float>(grad_scale)};
     // A bf16 gradient is read as is by the fused kernel; other dtypes become f32.
     Tensor g = g_t;
     if (g_t.dtype() != DType::kF32 && g_t.dtype() != DType::kBF16) {
       TPX_ASSIGN_OR_RETURN(g, g_t.To(DType::kF32));
     }
     const Tensor working = v.value().dtype() == DType::kF32 ? Tensor() : v.value();
+    index.push_back(i);
+    updates.push_back({master_[i], std::move(g), exp_avg_[i], exp_avg_sq_[i], working, c});
+    devices.push_back(v.value().device());
+  }
+  for (const std::vector<size_t>& group : GroupByDevice(devices)) {
     if (options_.fused) {
-      absl::Status fused = ops::AdamWStep(master, g, exp_avg_[i], exp_avg_sq_[i], working, c);
+      std::vector<AdamWOperands> on_device;
+      for (size_t j : group) on_device.push_back(updates[j]);
+      absl::Status fused = ops::AdamWSteps(on_device);
       if (!absl::IsUnimplemented(fused)) {
         TPX_RETURN_IF_ERROR(fused);
         continue;
       }
     }
-    TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
-    TPX_RETURN_IF_ERROR(StepWithOps(master, g32, exp_avg_[i], exp_avg_sq_[i], c));
-    TPX_RETURN_IF_ERROR(RefreshWorkingWeight(v, master));
+    for (size_t j : group) {
+      const AdamWOperands& u = updates[j];
+      TPX_ASSIGN_OR_RETURN(Tensor g32, u.grad.To(DType::kF32));
+      if (grad_scale != 1.0) {
+        TPX_ASSIGN_OR_RETURN(g32, ops::Scale(g32, grad_scale));
+      }
+      TPX_RETURN_IF_ERROR(StepWithOps(u.param, g32, u.exp_avg, u.exp_avg_sq, u.coefficients));
+      TPX_RETURN_IF_ERROR(RefreshWorkingWeight(params_[index[j]].var, u.param));
+    }
   }
   return absl::OkStatus();
 }

@@ -14,9 +14,10 @@
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // A parameter whose grad() is undefined in a step is left untouched (its
 // moments do not advance), as in PyTorch. Moments live on the parameter's
-// device; each parameter updates in one pass of the device's fused kernel
-// (ops::AdamWStep, which also refreshes the bf16 working copy), or through
-// core ops on devices without it (AdamWOptions::fused).
+// device; the parameters of a device update together in one call of its
+// fused kernel (ops::AdamWSteps: one pass over all of them on the CPU,
+// which also refreshes the bf16 working copies), or through core ops on
+// devices without it (AdamWOptions::fused).
 //
 // Mixed precision (Megatron's --bf16): a bf16 parameter is the working copy
 // the model computes with. The optimizer keeps an f32 master copy of it
@@ -43,7 +44,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-  // One fused kernel per tensor (ops::AdamWStep). false: the core-op update
+  // The device's fused kernel (ops::AdamWSteps). false: the core-op update
   // that devices without the kernel use.
   bool fused = true;
 };
@@ -60,10 +61,12 @@ class AdamW {
   // betas outside [0, 1); eps or weight_decay negative.
   static absl::StatusOr<AdamW> Create(std::vector<Param> params, AdamWOptions options = {});
 
-  // One update with learning rate `lr` from each parameter's grad().
-  // Errors (nothing updated): a gradient whose shape differs from its
-  // parameter or lives on another device.
-  absl::Status Step(double lr);
+  // One update with learning rate `lr` from each parameter's grad(), read
+  // as grad * grad_scale (gradient clipping's coefficient,
+  // optim::ClipCoefficient, applied in the same pass; the gradients are not
+  // changed). Errors (nothing updated): a gradient whose shape differs from
+  // its parameter or lives on another device; grad_scale not finite and > 0.
+  absl::Status Step(double lr, double grad_scale = 1.0);
   // Clears every parameter's gradient.
   void ZeroGrad();
 

@@ -137,6 +137,32 @@ TEST_P(AdamWOnDevice, Bf16ParameterUpdatesAnF32MasterAndRefreshesItsWorkingCopy)
   }
 }
 
+// A gradient scale (a clipping coefficient) read with the gradients steps
+// exactly as gradients scaled beforehand (f32: the same rounded products),
+// without changing the gradients; in the fused kernel and the core ops.
+TEST_P(AdamWOnDevice, GradScaleStepsAsScaledGradients) {
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "core ops");
+    const std::vector<float> init = {0.7f, -1.3f, 0.01f, 2.5f};
+    const std::vector<float> g = {0.3f, -4.0f, 2.0f, 0.11f};
+    Variable a = Param(init), b = Param(init);
+    auto scaled = AdamW::Create({{a, true}}, {.fused = fused});
+    auto prescaled = AdamW::Create({{b, true}}, {.fused = fused});
+    ASSERT_TRUE(scaled.ok() && prescaled.ok());
+    for (int t = 1; t <= 3; ++t) {
+      ASSERT_TRUE(a.set_grad(*TestFromVector<float>(g, {4})).ok());
+      std::vector<float> gs = g;
+      for (float& x : gs) x *= 0.37f;
+      ASSERT_TRUE(b.set_grad(*TestFromVector<float>(gs, {4})).ok());
+      ASSERT_TRUE(scaled->Step(0.01, 0.37f).ok());
+      ASSERT_TRUE(prescaled->Step(0.01).ok());
+      EXPECT_EQ(a.value().ToVector<float>(), b.value().ToVector<float>()) << "step " << t;
+      EXPECT_EQ(a.grad().ToVector<float>(), g) << "the gradient is not changed";
+    }
+    EXPECT_NE(a.value().ToVector<float>(), init);
+  }
+}
+
 TEST(AdamW, RejectsBadArguments) {
   Variable frozen(*Tensor::FromVector<float>({1.0f}, {1}), false, "frozen");
   auto bad = AdamW::Create({{frozen, true}});
@@ -148,6 +174,17 @@ TEST(AdamW, RejectsBadArguments) {
   EXPECT_NE(f16.status().message().find("half"), std::string::npos) << f16.status();
   EXPECT_FALSE(AdamW::Create({}, {.beta1 = 1.0}).ok());
   EXPECT_FALSE(AdamW::Create({}, {.weight_decay = -1}).ok());
+  // A bad gradient scale: an error, and nothing steps.
+  Variable p(*Tensor::FromVector<float>({1.0f}, {1}), true, "p");
+  auto opt = AdamW::Create({{p, true}});
+  ASSERT_TRUE(opt.ok());
+  ASSERT_TRUE(p.set_grad(*Tensor::FromVector<float>({1.0f}, {1})).ok());
+  for (double scale : {0.0, -1.0, static_cast<double>(NAN), static_cast<double>(INFINITY)}) {
+    absl::Status st = opt->Step(0.1, scale);
+    EXPECT_NE(st.message().find("grad_scale must be finite and > 0"), std::string::npos) << st;
+  }
+  EXPECT_EQ(opt->steps_taken(), 0);
+  EXPECT_EQ(p.value().ToVector<float>()[0], 1.0f);
 }
 
 }  // namespace

@@ -1,33 +1,48 @@
 #include "optim/clip_grad.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
+#include "optim/device_groups.h"
 
 namespace tpx::optim {
 
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp) {
   const bool count_duplicates = tp == nullptr || tp->rank() == 0;
-  double sum_sq = 0;
+  std::vector<Tensor> grads;
+  std::vector<Device> devices;
   for (const ClipParam& p : params) {
     const Tensor& g = p.var.grad();
     if (!g.defined() || (p.tp_duplicate && !count_duplicates)) continue;
-    // The device's fused kernel; else one f32 sum of squares per tensor,
-    // added up in double.
-    absl::StatusOr<double> fused = ops::SumOfSquares(g);
+    grads.push_back(g);
+    devices.push_back(g.device());
+  }
+  // Each device's fused kernel over all of its gradients at once; else one
+  // f32 sum of squares per tensor. Added up in double in parameter order.
+  std::vector<double> sums(grads.size(), 0.0);
+  for (const std::vector<size_t>& group : GroupByDevice(devices)) {
+    std::vector<Tensor> on_device;
+    for (size_t i : group) on_device.push_back(grads[i]);
+    absl::StatusOr<std::vector<double>> fused = ops::SumsOfSquares(on_device);
     if (!absl::IsUnimplemented(fused.status())) {
       TPX_RETURN_IF_ERROR(fused.status());
-      sum_sq += *fused;
+      for (size_t j = 0; j < group.size(); ++j) sums[group[j]] = (*fused)[j];
       continue;
     }
-    TPX_ASSIGN_OR_RETURN(Tensor g32, g.To(DType::kF32));
-    TPX_ASSIGN_OR_RETURN(Tensor squares, ops::Mul(g32, g32));
-    TPX_ASSIGN_OR_RETURN(Tensor sum, ops::SumAll(squares));
-    sum_sq += sum.Item();
+    for (size_t i : group) {
+      TPX_ASSIGN_OR_RETURN(Tensor g32, grads[i].To(DType::kF32));
+      TPX_ASSIGN_OR_RETURN(Tensor squares, ops::Mul(g32, g32));
+      TPX_ASSIGN_OR_RETURN(Tensor sum, ops::SumAll(squares));
+      sums[i] = sum.Item();
+    }
   }
+  double sum_sq = 0;
+  for (double s : sums) sum_sq += s;
   if (tp != nullptr && tp->size() > 1) {
     // The collective carries f32; each rank's partial sum is already exact in
     // double, so one rounding per rank is all that is lost.
@@ -38,6 +53,18 @@ absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
   return std::sqrt(sum_sq);
 }
 
+absl::StatusOr<double> ClipCoefficient(double norm, double max_norm) {
+  if (!(max_norm > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ClipGradNorm: max_norm must be > 0, got ", max_norm));
+  }
+  if (!std::isfinite(norm)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClipGradNorm: the global gradient norm is ", norm, " (non-finite gradients)"));
+  }
+  return std::min(1.0, max_norm / (norm + 1e-6));
+}
+
 absl::StatusOr<double> ClipGradNorm(absl::Span<const ClipParam> params, double max_norm,
                                     comm::Communicator* tp) {
   if (!(max_norm > 0)) {
@@ -45,11 +72,7 @@ absl::StatusOr<double> ClipGradNorm(absl::Span<const ClipParam> params, double m
                                                    max_norm));
   }
   TPX_ASSIGN_OR_RETURN(double norm, GlobalGradNorm(params, tp));
-  if (!std::isfinite(norm)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ClipGradNorm: the global gradient norm is ", norm, " (non-finite gradients)"));
-  }
-  const double scale = max_norm / (norm + 1e-6);
+  TPX_ASSIGN_OR_RETURN(double scale, ClipCoefficient(norm, max_norm));
   if (scale < 1.0) {
     for (const ClipParam& p : params) {
       if (p.var.grad().defined()) TPX_RETURN_IF_ERROR(ops::ScaleInPlace(p.var.grad(), scale));

@@ -38,12 +38,21 @@ struct ClipParam {
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp);
 
-// Scales every gradient by max_norm / (norm + 1e-6) when the global norm
-// exceeds max_norm; returns the norm before clipping. Collective over tp.
-// Error: max_norm <= 0, GlobalGradNorm's errors, or a non-finite norm
-// (gradients left untouched).
+// Scales every gradient by ClipCoefficient(norm, max_norm) when that is
+// below 1; returns the norm before clipping. Collective over tp. Error:
+// ClipCoefficient's or GlobalGradNorm's (gradients left untouched).
 absl::StatusOr<double> ClipGradNorm(absl::Span<const ClipParam> params, double max_norm,
                                     comm::Communicator* tp);
+
+// What ClipGradNorm scales the gradients by for the global norm `norm`:
+// max_norm / (norm + 1e-6) when that is below 1, else 1. An optimizer step
+// can apply it while it reads the gradients (AdamW::Step's grad_scale)
+// instead of a pass that rewrites them first:
+//   TPX_ASSIGN_OR_RETURN(double norm, optim::GlobalGradNorm(params, &tp));
+//   TPX_ASSIGN_OR_RETURN(double scale, optim::ClipCoefficient(norm, 1.0));
+//   TPX_RETURN_IF_ERROR(adam.Step(lr, scale));
+// Errors: max_norm <= 0, a non-finite norm (non-finite gradients).
+absl::StatusOr<double> ClipCoefficient(double norm, double max_norm);
 
 }  // namespace tpx::optim
 

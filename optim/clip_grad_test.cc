@@ -107,6 +107,18 @@ TEST(ClipGradNorm, SingleProcessAndErrors) {
   EXPECT_FALSE(ClipGradNorm(params, 1.0, nullptr).ok());
 }
 
+// The coefficient ClipGradNorm applies, for an optimizer to apply instead.
+TEST(ClipGradNorm, ClipCoefficient) {
+  EXPECT_EQ(*ClipCoefficient(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(*ClipCoefficient(1.0, 1.0), 1.0 / (1.0 + 1e-6));  // as PyTorch: norm + eps
+  EXPECT_DOUBLE_EQ(*ClipCoefficient(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_NE(ClipCoefficient(4.0, 0.0).status().message().find("max_norm must be > 0"),
+            std::string::npos);
+  EXPECT_NE(ClipCoefficient(NAN, 1.0).status().message().find("non-finite gradients"),
+            std::string::npos);
+  EXPECT_FALSE(ClipCoefficient(INFINITY, 1.0).ok());
+}
+
 TPX_DEVICE_TEST_SUITE(ClipGradOnDevice);
 
 TEST_P(ClipGradOnDevice, NormAndClippingOfGradientsOnTheDevice) {

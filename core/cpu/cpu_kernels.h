@@ -58,6 +58,8 @@ class CpuDeviceKernels final : public DeviceKernels {
   absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                          const Tensor& exp_avg_sq, const Tensor& working, int64_t n,
                          const AdamWCoefficients& c) override;
+  absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates) override;
+  absl::Status SumsOfSquares(absl::Span<const Tensor> xs, double* out) override;
   absl::Status DropoutAdd(const Tensor& out, const Tensor& x, const Tensor& bias,
                           const Tensor& keep, const Tensor& residual, int64_t n, int64_t bias_n,
                           float scale) override;

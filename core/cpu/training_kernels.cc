@@ -160,9 +160,9 @@ TPX_VECTOR_CLONES void AdamWRange(float* __restrict p, const G* __restrict g,
                                   BF16* __restrict working, int64_t n,
                                   const AdamWCoefficients& c) {
   const float decay = c.decay, b1 = c.beta1, b2 = c.beta2, step = c.step_size;
-  const float inv_sqrt_bias2 = c.inv_sqrt_bias2, eps = c.eps;
+  const float inv_sqrt_bias2 = c.inv_sqrt_bias2, eps = c.eps, grad_scale = c.grad_scale;
   for (int64_t j = 0; j < n; ++j) {
-    const float gj = Load(g[j]);
+    const float gj = Load(g[j]) * grad_scale;
     p[j] *= decay;
     m[j] = b1 * m[j] + (1.0f - b1) * gj;
     s[j] = b2 * s[j] + (1.0f - b2) * gj * gj;
@@ -174,6 +174,50 @@ TPX_VECTOR_CLONES void AdamWRange(float* __restrict p, const G* __restrict g,
 
 // Elements per AdamW block: the working-weight store re-reads p from L1.
 constexpr int64_t kAdamWBlock = 2048;
+
+// Block b of an update (kAdamWBlock elements, fewer at the end).
+void AdamWBlock(const AdamWOperands& u, int64_t b) {
+  const int64_t j = b * kAdamWBlock;
+  const int64_t len = std::min(kAdamWBlock, u.param.numel() - j);
+  float* p = u.param.data<float>() + j;
+  float* m = u.exp_avg.data<float>() + j;
+  float* s = u.exp_avg_sq.data<float>() + j;
+  BF16* w = u.working.defined() ? u.working.data<BF16>() + j : nullptr;
+  if (u.grad.dtype() == DType::kBF16) {
+    AdamWRange(p, u.grad.data<BF16>() + j, m, s, w, len, u.coefficients);
+  } else {
+    AdamWRange(p, u.grad.data<float>() + j, m, s, w, len, u.coefficients);
+  }
+}
+
+// Fixed-size blocks of several tensors numbered one after another, so that
+// one parallel loop covers all of them (an optimizer's parameters: one fork
+// and join per step instead of one per tensor, and the small tensors split
+// too): entry i's blocks are [first(i), first(i + 1)).
+class BlocksOfEntries {
+ public:
+  BlocksOfEntries(const std::vector<int64_t>& sizes, int64_t block) : first_(sizes.size() + 1) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      first_[i + 1] = first_[i] + (sizes[i] + block - 1) / block;
+    }
+  }
+  int64_t total() const { return first_.back(); }
+  int64_t first(size_t i) const { return first_[i]; }
+  // fn(entry, block within the entry) for the blocks [begin, end) in order.
+  template <typename Fn>
+  void ForRange(int64_t begin, int64_t end, Fn&& fn) const {
+    // The last entry starting at or before `begin` (entries without blocks
+    // share their successor's start and are stepped over).
+    size_t e = std::upper_bound(first_.begin(), first_.end(), begin) - first_.begin() - 1;
+    for (int64_t b = begin; b < end; ++b) {
+      while (b >= first_[e + 1]) ++e;
+      fn(e, b - first_[e]);
+    }
+  }
+
+ private:
+  std::vector<int64_t> first_;
+};
 
 // ---- Dropout + bias + residual. ----
 
@@ -265,44 +309,49 @@ absl::Status CpuDeviceKernels::CrossEntropyBackward(const Tensor& dx, const Tens
   return absl::OkStatus();
 }
 
-absl::Status CpuDeviceKernels::SumOfSquares(const Tensor& x, int64_t n, double* out) {
-  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-  std::vector<double> partial(chunks);
-  ParallelFloatRows(x.dtype(), chunks, kSquaresChunk, [&](auto tag, int64_t first, int64_t last) {
-    using T = decltype(tag);
-    const T* p = x.data<T>();
-    for (int64_t c = first; c < last; ++c) {
+absl::Status CpuDeviceKernels::SumOfSquares(const Tensor& x, int64_t, double* out) {
+  return SumsOfSquares(absl::Span<const Tensor>(&x, 1), out);
+}
+
+absl::Status CpuDeviceKernels::SumsOfSquares(absl::Span<const Tensor> xs, double* out) {
+  std::vector<int64_t> sizes;
+  for (const Tensor& x : xs) sizes.push_back(x.numel());
+  const BlocksOfEntries chunks(sizes, kSquaresChunk);
+  std::vector<double> partial(chunks.total());
+  ParallelFor(chunks.total(), kSquaresChunk, [&](int64_t first, int64_t last) {
+    chunks.ForRange(first, last, [&](size_t e, int64_t c) {
       const int64_t i = c * kSquaresChunk;
-      partial[c] = SumOfSquaresRange(p + i, std::min(kSquaresChunk, n - i));
-    }
+      const int64_t len = std::min(kSquaresChunk, sizes[e] - i);
+      DispatchFloat(xs[e].dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        partial[chunks.first(e) + c] = SumOfSquaresRange(xs[e].data<T>() + i, len);
+      });
+    });
   });
-  double s = 0;
-  for (double v : partial) s += v;
-  *out = s;
+  // Each tensor's partials added in chunk order: its sum does not depend on
+  // the thread count or on the other tensors.
+  for (size_t e = 0; e < xs.size(); ++e) {
+    double s = 0;
+    for (int64_t c = chunks.first(e); c < chunks.first(e + 1); ++c) s += partial[c];
+    out[e] = s;
+  }
   return absl::OkStatus();
 }
 
 absl::Status CpuDeviceKernels::AdamWStep(const Tensor& param, const Tensor& grad,
                                          const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                                         const Tensor& working, int64_t n,
+                                         const Tensor& working, int64_t,
                                          const AdamWCoefficients& c) {
-  float* p = param.data<float>();
-  float* m = exp_avg.data<float>();
-  float* s = exp_avg_sq.data<float>();
-  BF16* w = working.defined() ? working.data<BF16>() : nullptr;
-  const bool bf16_grad = grad.dtype() == DType::kBF16;
-  const int64_t blocks = (n + kAdamWBlock - 1) / kAdamWBlock;
-  ParallelFor(blocks, kAdamWBlock, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      const int64_t j = b * kAdamWBlock;
-      const int64_t len = std::min(kAdamWBlock, n - j);
-      BF16* wj = w != nullptr ? w + j : nullptr;
-      if (bf16_grad) {
-        AdamWRange(p + j, grad.data<BF16>() + j, m + j, s + j, wj, len, c);
-      } else {
-        AdamWRange(p + j, grad.data<float>() + j, m + j, s + j, wj, len, c);
-      }
-    }
+  const AdamWOperands update{param, grad, exp_avg, exp_avg_sq, working, c};
+  return AdamWSteps(absl::Span<const AdamWOperands>(&update, 1));
+}
+
+absl::Status CpuDeviceKernels::AdamWSteps(absl::Span<const AdamWOperands> updates) {
+  std::vector<int64_t> sizes;
+  for (const AdamWOperands& u : updates) sizes.push_back(u.param.numel());
+  const BlocksOfEntries blocks(sizes, kAdamWBlock);
+  ParallelFor(blocks.total(), kAdamWBlock, [&](int64_t first, int64_t last) {
+    blocks.ForRange(first, last, [&](size_t e, int64_t b) { AdamWBlock(updates[e], b); });
   });
   return absl::OkStatus();
 }

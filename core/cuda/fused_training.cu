@@ -164,6 +164,7 @@ __global__ void SumPartialsKernel(const double* partial, int64_t count, double* 
 
 __device__ __forceinline__ void AdamWUpdate(float& p, float g, float& m, float& s,
                                             const AdamWCoefficients& c) {
+  g *= c.grad_scale;
   p *= c.decay;
   m = c.beta1 * m + (1.0f - c.beta1) * g;
   s = c.beta2 * s + (1.0f - c.beta2) * g * g;

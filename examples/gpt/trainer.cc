@@ -231,9 +231,11 @@ absl::StatusOr<TrainResult> Train(comm::Communicator& world, const ByteDataset& 
     TPX_RETURN_IF_ERROR(Backward(loss));
     TPX_RETURN_IF_ERROR(model->AllReduceSequenceParallelGrads(o.grad_reduce_dtype));
     TPX_RETURN_IF_ERROR(optim::AllReduceGradients(dp, all_params, o.grad_reduce_dtype));
-    TPX_ASSIGN_OR_RETURN(double grad_norm, optim::ClipGradNorm(clip_params, o.clip_norm, &tp));
+    // Clipped inside the update: the optimizer reads the gradients scaled.
+    TPX_ASSIGN_OR_RETURN(double grad_norm, optim::GlobalGradNorm(clip_params, &tp));
+    TPX_ASSIGN_OR_RETURN(double clip_scale, optim::ClipCoefficient(grad_norm, o.clip_norm));
     const double lr = schedule.At(step);
-    TPX_RETURN_IF_ERROR(adam.Step(lr));
+    TPX_RETURN_IF_ERROR(adam.Step(lr, clip_scale));
     adam.ZeroGrad();
 
     TPX_ASSIGN_OR_RETURN(double mean_loss, AverageOver(dp, loss.value().Item()));
