@@ -40,6 +40,12 @@
 // ratio to the best fixed (non-auto) policy:
 //   {"bench":"gpt_wait_policy","wait_policy":"auto","contenders":1,"rounds":3,
 //    "tokens_per_s":...,"vs_best_fixed":0.98}
+// --dtype_ratio (with --pytorch_threads= and --steps > 10) measures, instead,
+// tpx's bf16 over f32 steady tokens/s at each TP size of --tps: the two
+// dtypes alternate over --rounds, each run a fresh process, and one line per
+// TP size gives the medians and the median of the rounds' ratios:
+//   {"bench":"gpt_dtype_ratio","tp":1,"threads_per_rank":2,"rounds":3,
+//    "f32_steady_tokens_per_s":...,"bf16_steady_tokens_per_s":...,"bf16_over_f32":1.61}
 // Every tpx line carries "wait_policy" ("auto" when the library chose the
 // setting, "environment" otherwise, or the --wait_policies entry),
 // "omp_wait" (the settings in effect) and "contenders".
@@ -90,7 +96,11 @@ ABSL_FLAG(int, contend_limit_s, 1800, "A contender exits on its own after this m
 ABSL_FLAG(std::string, wait_policies, "",
           "Measure tpx TP=1 (all cores) under each OpenMP wait policy instead: a list of auto, "
           "passive, spin, spincount=N.");
-ABSL_FLAG(int, rounds, 1, "Rounds of --wait_policies, the policies alternating (1-100).");
+ABSL_FLAG(int, rounds, 1,
+          "Rounds of --wait_policies or --dtype_ratio, the runs alternating (1-100).");
+ABSL_FLAG(bool, dtype_ratio, false,
+          "Measure tpx's bf16 / f32 steady tokens/s at each TP size of --tps instead: f32 and "
+          "bf16 alternating over --rounds, each in a fresh process.");
 
 namespace tpx::gpt {
 namespace {
@@ -307,31 +317,25 @@ bool WaitPolicySetting(absl::string_view policy, std::string* setting) {
   return true;
 }
 
-// Runs this program again (tpx at TP=1 only) under one wait policy with
-// `contenders` busy processes already running; copies its output and
-// returns its tokens/s, or a negative value when it failed.
-double MeasureUnderPolicy(absl::string_view policy, int contenders, int argc, char** argv) {
-  std::string setting;
-  if (!WaitPolicySetting(policy, &setting)) return -1;
+// Runs this program again with the environment minus the variables named
+// in `drop` (prefixes of "NAME=") plus `add_env`, and argv plus `add_args`
+// (later flags win); copies its output. Returns the last value of "key" it
+// printed, or a negative value when it failed (`what` names it then).
+double RunSelf(const std::vector<std::string>& drop, const std::vector<std::string>& add_env,
+               const std::vector<std::string>& add_args, const char* key,
+               const std::string& what, int argc, char** argv) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const absl::string_view entry(*e);
-    if (absl::StartsWith(entry, "OMP_WAIT_POLICY=") || absl::StartsWith(entry, "GOMP_SPINCOUNT=") ||
-        absl::StartsWith(entry, absl::StrCat(kOmpWaitAutoVariable, "=")) ||
-        absl::StartsWith(entry, absl::StrCat(kPolicyEnv, "=")) ||
-        absl::StartsWith(entry, absl::StrCat(kContendersEnv, "="))) {
+    if (std::any_of(drop.begin(), drop.end(),
+                    [&](const std::string& d) { return absl::StartsWith(entry, d); })) {
       continue;
     }
     env.emplace_back(entry);
   }
-  if (!setting.empty()) env.push_back(setting);
-  env.push_back(absl::StrCat(kPolicyEnv, "=", policy));
-  env.push_back(absl::StrCat(kContendersEnv, "=", contenders));
+  env.insert(env.end(), add_env.begin(), add_env.end());
   std::vector<std::string> args(argv, argv + argc);
-  for (const char* a : {"--tps=1", "--pytorch_threads=", "--wait_policies=", "--contend=0",
-                        "--rounds=1"}) {
-    args.emplace_back(a);
-  }
+  args.insert(args.end(), add_args.begin(), add_args.end());
   std::vector<char*> envp, argp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -354,22 +358,86 @@ double MeasureUnderPolicy(absl::string_view policy, int contenders, int argc, ch
     return -1;
   }
   FILE* out = fdopen(fds[0], "r");
-  double tokens_per_s = -1;
+  const std::string quoted = absl::StrCat("\"", key, "\":");
+  double value = -1;
   char buf[4096];
   while (out != nullptr && std::fgets(buf, sizeof(buf), out) != nullptr) {
     std::fputs(buf, stdout);
-    const char* at = std::strstr(buf, "\"tokens_per_s\":");
-    if (at != nullptr) tokens_per_s = std::strtod(at + 15, nullptr);
+    const char* at = std::strstr(buf, quoted.c_str());
+    if (at != nullptr) value = std::strtod(at + quoted.size(), nullptr);
   }
   std::fflush(stdout);
   if (out != nullptr) fclose(out);
   int status = 0;
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "gpt bench: the wait policy '%s' run failed (status %d)\n",
-                 std::string(policy).c_str(), status);
+    std::fprintf(stderr, "gpt bench: the %s run failed (status %d)\n", what.c_str(), status);
     return -1;
   }
-  return tokens_per_s;
+  return value;
+}
+
+// Runs this program again (tpx at TP=1 only) under one wait policy with
+// `contenders` busy processes already running; copies its output and
+// returns its tokens/s, or a negative value when it failed.
+double MeasureUnderPolicy(absl::string_view policy, int contenders, int argc, char** argv) {
+  std::string setting;
+  if (!WaitPolicySetting(policy, &setting)) return -1;
+  std::vector<std::string> add_env;
+  if (!setting.empty()) add_env.push_back(setting);
+  add_env.push_back(absl::StrCat(kPolicyEnv, "=", policy));
+  add_env.push_back(absl::StrCat(kContendersEnv, "=", contenders));
+  return RunSelf({"OMP_WAIT_POLICY=", "GOMP_SPINCOUNT=", absl::StrCat(kOmpWaitAutoVariable, "="),
+                  absl::StrCat(kPolicyEnv, "="), absl::StrCat(kContendersEnv, "=")},
+                 add_env,
+                 {"--tps=1", "--pytorch_threads=", "--wait_policies=", "--contend=0",
+                  "--rounds=1"},
+                 "tokens_per_s", absl::StrCat("wait policy '", policy, "'"), argc, argv);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --dtype_ratio: per TP size, f32 and bf16 runs alternating over --rounds
+// (each round starting with the other dtype), each a fresh process; then one
+// summary line per TP size with the medians and the median of the rounds'
+// bf16 / f32 ratios. Returns the exit code.
+int SweepDtypes(const std::vector<int>& tps, int argc, char** argv) {
+  if (absl::GetFlag(FLAGS_steps) <= 2 * kSteadyAfter) {
+    std::fprintf(stderr, "gpt bench: --dtype_ratio compares steady rates: give --steps > %lld\n",
+                 static_cast<long long>(2 * kSteadyAfter));
+    return 2;
+  }
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  for (int tp : tps) {
+    std::map<std::string, std::vector<double>> runs;
+    std::vector<double> ratios;
+    for (int round = 0; round < rounds; ++round) {
+      std::map<std::string, double> this_round;
+      for (int i = 0; i < 2; ++i) {
+        const std::string dtype = (i + round) % 2 == 0 ? "f32" : "bf16";
+        const double tps_value =
+            RunSelf({}, {},
+                    {absl::StrCat("--tps=", tp), absl::StrCat("--dtype=", dtype),
+                     "--pytorch_threads=", "--dtype_ratio=false", "--wait_policies=",
+                     "--rounds=1"},
+                    "steady_tokens_per_s", absl::StrCat(dtype, " at TP=", tp), argc, argv);
+        if (tps_value <= 0) return 1;
+        runs[dtype].push_back(tps_value);
+        this_round[dtype] = tps_value;
+      }
+      ratios.push_back(this_round["bf16"] / this_round["f32"]);
+    }
+    std::printf(
+        "{\"bench\":\"gpt_dtype_ratio\",\"tp\":%d,\"threads_per_rank\":%d,\"rounds\":%d,"
+        "\"f32_steady_tokens_per_s\":%.1f,\"bf16_steady_tokens_per_s\":%.1f,"
+        "\"bf16_over_f32\":%.3f}\n",
+        tp, std::max(1, GemmThreads() / tp), rounds, Median(runs["f32"]), Median(runs["bf16"]),
+        Median(ratios));
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 // --wait_policies: the policies alternating over --rounds, then one summary
@@ -389,17 +457,13 @@ int SweepWaitPolicies(const std::vector<std::string>& policies, int argc, char**
       runs[policy].push_back(tps);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   double best_fixed = -1;
   for (const auto& [policy, v] : runs) {
-    if (policy != "auto") best_fixed = std::max(best_fixed, median(v));
+    if (policy != "auto") best_fixed = std::max(best_fixed, Median(v));
   }
   for (const std::string& policy : policies) {
     if (runs[policy].size() != static_cast<size_t>(rounds)) continue;  // listed twice
-    const double m = median(runs[policy]);
+    const double m = Median(runs[policy]);
     std::string line = absl::StrFormat(
         "{\"bench\":\"gpt_wait_policy\",\"wait_policy\":\"%s\",\"contenders\":%d,"
         "\"rounds\":%d,\"tokens_per_s\":%.1f",
@@ -458,6 +522,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     tps.push_back(tp);
+  }
+  if (absl::GetFlag(FLAGS_dtype_ratio)) {
+    if (!settings.empty() || contend != 0) {
+      std::fprintf(stderr, "gpt bench: --dtype_ratio measures tpx alone: give --pytorch_threads= "
+                           "and no --contend\n");
+      return 2;
+    }
+    return tpx::gpt::SweepDtypes(tps, argc, argv);
   }
   for (int tp : tps) {
     tpx::gpt::Contenders busy(contend);
