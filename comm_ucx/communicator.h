@@ -99,6 +99,9 @@ class Communicator {
   // that found no room to go out at once); a peer's send waits for them,
   // so they must leave even while this rank's threads do something else.
   bool ProgressIdle();
+  // False when every CPU this process may use has a runnable task besides
+  // the calling thread (core/host_load.h); true when that cannot be read.
+  static bool HostHasIdleCpu();
   // With drive_mu_ held: runs queued ops and progresses in-flight ones until
   // `target` is done (or, for null, until no work is left or stop).
   void Drive(const OpState* target);

@@ -17,6 +17,11 @@
 //                          ticks right after a waiting thread ran
 //                          operations itself, as the executor then looks
 //                          less often)
+// TPX_UCX_BUSY_TICK_US     the executor's tick instead while the host has no
+//                          idle CPU (every CPU with a runnable task besides
+//                          the executor), where each of its wake-ups takes
+//                          the core from a computing thread (default 5000;
+//                          not below TPX_UCX_TICK_US)
 // TPX_UCX_SHM             0 keeps communicators whose ranks share a host off
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
@@ -46,6 +51,7 @@ struct Tunables {
   int64_t spin_us;
   int64_t yield_us;
   int64_t tick_us;
+  int64_t busy_tick_us;
   bool check_lengths;
   bool shm;
   size_t shm_bytes;

@@ -49,6 +49,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/host_load.h"
+
 namespace tpx {
 namespace {
 
@@ -165,33 +167,21 @@ const char* OmpWaitSettingFor(const HostLoad& load) {
 }
 
 bool ReadHostLoad(HostLoad* load) {
-  // "0.76 1.35 1.11 3/141 1234": 1, 5, 15-minute loads, runnable/total.
   constexpr int kSamples = 5;
   int runnable[kSamples];
+  HostLoadNow now;
   for (int i = 0; i < kSamples; ++i) {
     if (i > 0) {
       const timespec pause{0, 2'000'000};
       nanosleep(&pause, nullptr);
     }
-    const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char buf[128];
-    const ssize_t got = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (got <= 0) return false;
-    buf[got] = '\0';
-    const char* p = buf;
-    load->load_1min = ParseNumber(&p);
-    for (int field = 0; field < 3 && *p != '\0'; ++p) {
-      if (*p == ' ') ++field;
-    }
-    // This process is running, so it is one of the runnable ones.
-    runnable[i] = static_cast<int>(ParseNumber(&p)) - 1;
+    if (!ReadHostLoadNow(&now)) return false;
+    runnable[i] = now.runnable;
   }
   std::sort(runnable, runnable + kSamples);
-  load->runnable = std::max(0, runnable[kSamples / 2]);
-  cpu_set_t set;
-  load->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  load->load_1min = now.load_1min;
+  load->runnable = runnable[kSamples / 2];
+  load->cpus = now.cpus;
   return true;
 }
 
