@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 namespace tpx {
-namespace {
 
-double ParseDecimal(const char** p) {
+double ParseUnsignedDecimal(const char** p) {
   double v = 0;
   while (**p >= '0' && **p <= '9') v = v * 10 + (*(*p)++ - '0');
   if (**p == '.') {
@@ -16,8 +15,6 @@ double ParseDecimal(const char** p) {
   }
   return v;
 }
-
-}  // namespace
 
 bool ReadHostLoadNow(HostLoadNow* out) {
   // "0.76 1.35 1.11 3/141 1234": 1, 5, 15-minute loads, runnable/total.
@@ -29,12 +26,12 @@ bool ReadHostLoadNow(HostLoadNow* out) {
   if (got <= 0) return false;
   buf[got] = '\0';
   const char* p = buf;
-  const double load_1min = ParseDecimal(&p);
+  const double load_1min = ParseUnsignedDecimal(&p);
   for (int field = 0; field < 3 && *p != '\0'; ++p) {
     if (*p == ' ') ++field;
   }
   // The calling thread is running, so it is one of the runnable ones.
-  const int runnable = static_cast<int>(ParseDecimal(&p)) - 1;
+  const int runnable = static_cast<int>(ParseUnsignedDecimal(&p)) - 1;
   cpu_set_t set;
   out->load_1min = load_1min;
   out->runnable = runnable < 0 ? 0 : runnable;

@@ -22,6 +22,11 @@ struct HostLoadNow {
 // (out unchanged) where /proc/loadavg cannot be read.
 bool ReadHostLoadNow(HostLoadNow* out);
 
+// Parses an unsigned decimal with an optional fraction at *p (as /proc
+// writes them), advancing *p past it; 0 when there is none. No locale, no
+// allocation: usable before main.
+double ParseUnsignedDecimal(const char** p);
+
 }  // namespace tpx
 
 #endif  // TPX_CORE_HOST_LOAD_H_

@@ -71,16 +71,6 @@ const char* AutoValue(const char* entry) {
                                                                              : nullptr;
 }
 
-// Parses an unsigned decimal (with an optional fraction) at *p, advancing it.
-double ParseNumber(const char** p) {
-  double v = 0;
-  while (**p >= '0' && **p <= '9') v = v * 10 + (*(*p)++ - '0');
-  if (**p == '.') {
-    ++*p;
-    for (double scale = 0.1; **p >= '0' && **p <= '9'; scale /= 10) v += scale * (*(*p)++ - '0');
-  }
-  return v;
-}
 
 // Static: no allocation this early.
 char* new_environment[kMaxEnvironment + 3];
@@ -142,7 +132,7 @@ const char* OmpWaitSettingToApply(const char* const* envp, long pid,
     const char* colon = std::strchr(auto_value, ':');
     if (colon == nullptr || std::strcmp(colon + 1, setting) != 0) return nullptr;
     const char* p = auto_value;
-    const double chooser = ParseNumber(&p);
+    const double chooser = ParseUnsignedDecimal(&p);
     if (p != colon || chooser == static_cast<double>(pid)) return nullptr;
   }
   HostLoad load;
@@ -151,7 +141,7 @@ const char* OmpWaitSettingToApply(const char* const* envp, long pid,
     for (const char* const* e = envp; load.threads == 0 && *e != nullptr; ++e) {
       if (StartsWith(*e, "TPX_NUM_THREADS=")) {
         const char* p = *e + 16;
-        const double n = ParseNumber(&p);
+        const double n = ParseUnsignedDecimal(&p);
         if (*p == '\0' && n >= 1 && n < 1e6) load.threads = static_cast<int>(n);
       }
     }
