@@ -173,11 +173,14 @@ void Communicator::ExecutorLoop() {
   // a context switch; the waiting thread ends the watch when it leaves
   // work behind.
   // The tick is busy_tick while the host has no idle CPU: each wake-up
-  // then takes the core from a computing thread, typically this rank's own.
-  // Measured with one compute thread per CPU (GPT example, TP=2 on 2
-  // cores): ticks of 200 us, mostly the quiet spell's, cost 8-10% of the
-  // step; at 5 ms nothing measurable. Where a CPU is idle the wake-ups are
-  // free and the short tick keeps latency down.
+  // then takes the core from a computing thread, typically this rank's own,
+  // and so does running posted work that the thread will drive itself when
+  // it waits. Measured with one compute thread per CPU, TP=2 on 2 cores:
+  // ticks of 200 us, mostly the quiet spell's, cost the GPT example 8-10%
+  // of its step; taking over the MLP's dgrad all-reduce during its weight
+  // gradient GEMM (bench:tp_mlp) cost ~2% more at 5 ms than at 20 ms. Where
+  // a CPU is idle the wake-ups are free and the short tick keeps latency
+  // down.
   const auto short_tick = std::chrono::microseconds(GetTunables().tick_us);
   const auto busy_tick = std::chrono::microseconds(GetTunables().busy_tick_us);
   auto tick = short_tick;

@@ -38,7 +38,7 @@ const Tunables& GetTunables() {
     t.spin_us = EnvInt("TPX_UCX_SPIN_US", 50);
     t.yield_us = EnvInt("TPX_UCX_YIELD_US", 2000);
     t.tick_us = AtLeast("TPX_UCX_TICK_US", EnvInt("TPX_UCX_TICK_US", 200), 10);
-    t.busy_tick_us = std::max(t.tick_us, EnvInt("TPX_UCX_BUSY_TICK_US", 5000));
+    t.busy_tick_us = std::max(t.tick_us, EnvInt("TPX_UCX_BUSY_TICK_US", 20000));
     t.check_lengths = EnvInt("TPX_UCX_CHECK_LENGTHS", 1) != 0;
     t.shm = EnvInt("TPX_UCX_SHM", 1) != 0;
     t.shm_bytes = static_cast<size_t>(EnvInt("TPX_UCX_SHM_BYTES", 64 << 10));

@@ -20,8 +20,9 @@
 // TPX_UCX_BUSY_TICK_US     the executor's tick instead while the host has no
 //                          idle CPU (every CPU with a runnable task besides
 //                          the executor), where each of its wake-ups takes
-//                          the core from a computing thread (default 5000;
-//                          not below TPX_UCX_TICK_US)
+//                          the core from a computing thread; posted work
+//                          then waits up to this long for a thread to drive
+//                          it (default 20000; not below TPX_UCX_TICK_US)
 // TPX_UCX_SHM             0 keeps communicators whose ranks share a host off
 //                          the shared-memory path (default 1)
 // TPX_UCX_SHM_BYTES       largest buffer a rank copies through the shared
