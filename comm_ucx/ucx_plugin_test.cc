@@ -5,6 +5,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -539,6 +542,58 @@ TEST(UcxPlugin, OperationsProgressWithoutWait) {
                 }
               }
               return "";
+            }),
+            "");
+}
+
+TEST(UcxPlugin, OperationsProgressWithoutWaitOnABusyHost) {
+  // As above while busy threads keep every CPU occupied: the executor then
+  // ticks slowly (TPX_UCX_BUSY_TICK_US) but must still run work nobody
+  // waits for. Bounded: the busy threads stop when the op is done or after
+  // 10 s, which fails the test.
+  EXPECT_EQ(RunRanks(2, [](RankEnv& env) -> std::string {
+              std::atomic<bool> stop{false};
+              std::vector<std::thread> busy;
+              const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+              for (unsigned i = 0; i < cpus; ++i) {
+                busy.emplace_back([&stop] {
+                  volatile uint64_t spin = 0;
+                  while (!stop.load(std::memory_order_relaxed)) spin = spin + 1;
+                });
+              }
+              auto run = [&]() -> std::string {
+                for (int64_t count : {16, 300000}) {
+                  std::vector<float> x(count, static_cast<float>(env.rank + 1));
+                  auto a = MakeArgs(TPX_COLL_ALL_REDUCE, TPX_DTYPE_F32);
+                  a.count = count;
+                  a.send = a.recv = x.data();
+                  tpx_request_t req = nullptr;
+                  tpx_error_t err{};
+                  if (env.plugin->post(env.comm, &a, &req, &err) != TPX_OK) return err.message;
+                  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                  int done = 0, code = TPX_OK;
+                  while (!done && std::chrono::steady_clock::now() < deadline) {
+                    code = env.plugin->test(req, &done, &err);
+                    if (!done) usleep(1000);
+                  }
+                  if (!done) {
+                    // Drive it to the end so that nothing is left running.
+                    code = env.plugin->wait(req, -1, &err);
+                    env.plugin->request_free(req);
+                    return "an all_reduce nobody waited for did not finish in 10 s on a busy host";
+                  }
+                  env.plugin->request_free(req);
+                  if (code != TPX_OK) return err.message;
+                  for (int64_t i = 0; i < count; ++i) {
+                    if (x[i] != 3.0f) return Mismatch("polled all_reduce", i, x[i], 3.0);
+                  }
+                }
+                return "";
+              };
+              const std::string result = run();
+              stop = true;
+              for (std::thread& t : busy) t.join();
+              return result;
             }),
             "");
 }
