@@ -192,9 +192,20 @@ void Communicator::ExecutorLoop() {
   auto idle_wake = kFirstIdleWake;
   auto last_work = Clock::now();
   bool work_seen = false;
+  // The host's load, read at most once a millisecond and never under mu_
+  // (a post would wait for the read).
+  constexpr auto kLoadReadEvery = std::chrono::milliseconds(1);
+  auto load_read_at = Clock::now() - kLoadReadEvery;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    tick = busy_tick == short_tick || HostHasIdleCpu() ? short_tick : busy_tick;
+    if (busy_tick != short_tick && Clock::now() - load_read_at >= kLoadReadEvery) {
+      lock.unlock();
+      const bool idle_cpu = HostHasIdleCpu();
+      lock.lock();
+      load_read_at = Clock::now();
+      tick = idle_cpu ? short_tick : busy_tick;
+      if (stop_) break;
+    }
     if (!HasWork()) {
       work_seen = false;
       const auto last_start =
