@@ -2,12 +2,12 @@
 #ifndef TPX_CORE_OPS_INTERNAL_H_
 #define TPX_CORE_OPS_INTERNAL_H_
 
-#include <initializer_list>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "core/device_kernels.h"
 #include "core/tensor.h"
 
@@ -23,7 +23,7 @@ inline absl::Status CheckInput(const Tensor& t, const char* op, const char* what
 // The kernels of the device every (defined) tensor is on; error naming `op`
 // when they are on different devices or the device is unusable.
 inline absl::StatusOr<DeviceKernels*> KernelsOf(const char* op,
-                                                std::initializer_list<const Tensor*> tensors) {
+                                                absl::Span<const Tensor* const> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;

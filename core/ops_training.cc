@@ -79,21 +79,6 @@ absl::StatusOr<AdamWOperands> CheckAdamWOperands(const AdamWOperands& u, const c
   return out;
 }
 
-// The kernels of the device every tensor of `ts` (defined, at least one)
-// lives on; an error names two on different devices.
-absl::StatusOr<DeviceKernels*> KernelsOfAll(const char* op, absl::Span<const Tensor> ts) {
-  for (const Tensor& t : ts) {
-    if (t.device() != ts[0].device()) {
-      return absl::InvalidArgumentError(absl::StrCat(op, ": tensors on different devices: ",
-                                                     ts[0].ToString(), " on ",
-                                                     ts[0].device().ToString(), " and ",
-                                                     t.ToString(), " on ",
-                                                     t.device().ToString()));
-    }
-  }
-  return internal::KernelsOf(op, {&ts[0]});
-}
-
 }  // namespace
 
 absl::StatusOr<Tensor> CrossEntropyStats(const Tensor& logits, const Tensor& target) {
@@ -150,13 +135,15 @@ absl::StatusOr<std::vector<double>> SumsOfSquares(absl::Span<const Tensor> ts) {
   std::vector<double> sums(ts.size(), 0.0);
   if (ts.empty()) return sums;
   std::vector<Tensor> contiguous;
+  std::vector<const Tensor*> all;
   for (const Tensor& t : ts) {
     TPX_RETURN_IF_ERROR(CheckInput(t, kOp));
     TPX_RETURN_IF_ERROR(CheckFloating(t, kOp));
     TPX_ASSIGN_OR_RETURN(Tensor tc, t.Contiguous());
     contiguous.push_back(std::move(tc));
+    all.push_back(&t);
   }
-  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, KernelsOfAll(kOp, contiguous));
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, all));
   TPX_RETURN_IF_ERROR(k->SumsOfSquares(contiguous, sums.data()));
   return sums;
 }
@@ -171,7 +158,7 @@ absl::Status AdamWStep(const Tensor& param, const Tensor& grad, const Tensor& ex
 absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates) {
   constexpr const char* kOp = "AdamWStep";
   std::vector<AdamWOperands> checked;
-  std::vector<Tensor> all;
+  std::vector<const Tensor*> all;
   for (size_t i = 0; i < updates.size(); ++i) {
     const AdamWOperands& u = updates[i];
     absl::StatusOr<AdamWOperands> ok = CheckAdamWOperands(u, kOp);
@@ -181,14 +168,13 @@ absl::Status AdamWSteps(absl::Span<const AdamWOperands> updates) {
                           absl::StrCat("entry ", i, " of ", updates.size(), ": ",
                                        ok.status().message()));
     }
-    if (u.param.numel() == 0) continue;
     for (const Tensor* t : {&u.param, &u.grad, &u.exp_avg, &u.exp_avg_sq, &u.working}) {
-      if (t->defined()) all.push_back(*t);
+      all.push_back(t);
     }
-    checked.push_back(*std::move(ok));
+    if (u.param.numel() > 0) checked.push_back(*std::move(ok));
   }
+  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, internal::KernelsOf(kOp, all));
   if (checked.empty()) return absl::OkStatus();
-  TPX_ASSIGN_OR_RETURN(DeviceKernels * k, KernelsOfAll(kOp, all));
   return k->AdamWSteps(checked);
 }
 
