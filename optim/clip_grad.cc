@@ -10,6 +10,15 @@
 #include "optim/device_groups.h"
 
 namespace tpx::optim {
+namespace {
+
+absl::Status CheckMaxNorm(double max_norm) {
+  if (max_norm > 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("ClipGradNorm: max_norm must be > 0, got ", max_norm));
+}
+
+}  // namespace
 
 absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
                                       comm::Communicator* tp) {
@@ -54,10 +63,7 @@ absl::StatusOr<double> GlobalGradNorm(absl::Span<const ClipParam> params,
 }
 
 absl::StatusOr<double> ClipCoefficient(double norm, double max_norm) {
-  if (!(max_norm > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ClipGradNorm: max_norm must be > 0, got ", max_norm));
-  }
+  TPX_RETURN_IF_ERROR(CheckMaxNorm(max_norm));
   if (!std::isfinite(norm)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ClipGradNorm: the global gradient norm is ", norm, " (non-finite gradients)"));
@@ -67,10 +73,8 @@ absl::StatusOr<double> ClipCoefficient(double norm, double max_norm) {
 
 absl::StatusOr<double> ClipGradNorm(absl::Span<const ClipParam> params, double max_norm,
                                     comm::Communicator* tp) {
-  if (!(max_norm > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("ClipGradNorm: max_norm must be > 0, got ",
-                                                   max_norm));
-  }
+  // Before the collective norm: a bad bound fails without communicating.
+  TPX_RETURN_IF_ERROR(CheckMaxNorm(max_norm));
   TPX_ASSIGN_OR_RETURN(double norm, GlobalGradNorm(params, tp));
   TPX_ASSIGN_OR_RETURN(double scale, ClipCoefficient(norm, max_norm));
   if (scale < 1.0) {
