@@ -41,8 +41,6 @@
 //   cc_binary(name = "train", ..., deps = ["//core:omp_wait_policy", ...])
 #include "core/omp_wait_policy.h"
 
-#include <fcntl.h>
-#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,7 +68,6 @@ const char* AutoValue(const char* entry) {
   return std::strncmp(entry, kOmpWaitAutoVariable, n) == 0 && entry[n] == '=' ? entry + n + 1
                                                                              : nullptr;
 }
-
 
 // Static: no allocation this early.
 char* new_environment[kMaxEnvironment + 3];
