@@ -77,6 +77,14 @@ constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// The first `count` of a vector's kLanes lanes: none for count <= 0, all
+// from kLanes on.
+__mmask16 FirstLanes(int64_t count) {
+  return count >= kLanes ? static_cast<__mmask16>(0xffff)
+         : count <= 0    ? static_cast<__mmask16>(0)
+                         : static_cast<__mmask16>((1u << count) - 1u);
+}
+
 // Asks for the cache line holding p, to read it or to write it (prefetchw
 // is not in the baseline ISA; on one socket, a line read exclusively is
 // written without another trip). An asm statement: GCC 12 deletes a loop
@@ -249,8 +257,7 @@ __attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, i
                                                       const float* b, int64_t ldb, float* c,
                                                       int64_t ldc) {
   const int64_t nv = (w + kLanes - 1) / kLanes;
-  const int64_t tail = w - (nv - 1) * kLanes;
-  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+  const __mmask16 last = FirstLanes(w - (nv - 1) * kLanes);
   switch (nv) {
     case 1: return Avx512RowsOf<1>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
     case 2: return Avx512RowsOf<2>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
@@ -322,7 +329,7 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
     }
     for (int64_t j0 = 0; j0 < d; j0 += kLanes) {
       const int64_t cols = std::min(kLanes, d - j0);
-      const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+      const __mmask16 mask = FirstLanes(cols);
       __m512 r[16];
 #pragma GCC unroll 16
       for (int k = 0; k < 16; ++k) {
@@ -344,10 +351,7 @@ __attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t 
 TPX_AVX512F_TARGET void Avx512ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
   const __m512 s = _mm512_set1_ps(scale), m = _mm512_set1_ps(mx);
   for (int64_t j = 0; j < n; j += kLanes) {
-    const int64_t keep = len - j;
-    const __mmask16 lanes = keep >= kLanes ? static_cast<__mmask16>(0xffff)
-                            : keep <= 0    ? static_cast<__mmask16>(0)
-                                           : static_cast<__mmask16>((1u << keep) - 1u);
+    const __mmask16 lanes = FirstLanes(len - j);
     const __m512 e = Exp16(_mm512_fmsub_ps(s, _mm512_loadu_ps(x + j), m));
     _mm512_storeu_ps(x + j, _mm512_maskz_mov_ps(lanes, e));
   }
@@ -421,8 +425,7 @@ TPX_PAIR_TARGET void Avx512Bf16TileAny(
     int64_t rows, int64_t w, int64_t kp, const Pair* a, int64_t ars, int64_t aps, const Pair* b,
     int64_t ldb, C* c, int64_t ldc) {
   const int64_t nv = (w + kLanes - 1) / kLanes;
-  const int64_t tail = w - (nv - 1) * kLanes;
-  const __mmask16 last = static_cast<__mmask16>((1u << tail) - 1u);
+  const __mmask16 last = FirstLanes(w - (nv - 1) * kLanes);
   switch (nv) {
     case 1: return Avx512Bf16RowsOf<1>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
     case 2: return Avx512Bf16RowsOf<2>(rows, kp, a, ars, aps, b, ldb, c, ldc, last);
@@ -979,13 +982,11 @@ TPX_PAIR_TARGET void InterleaveHalves(const uint16_t* lo, const uint16_t* hi, in
     const int64_t left = n - j;
     const __mmask32 halves = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
     const __m512i l = _mm512_maskz_loadu_epi16(halves, lo + j);
-    const __m512i h = hi == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(halves, hi + j);
-    const __mmask16 words0 = left >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << left) - 1);
-    const __mmask16 words1 = left >= 32   ? __mmask16{0xffff}
-                             : left <= 16 ? __mmask16{0}
-                                          : static_cast<__mmask16>((1u << (left - 16)) - 1);
-    _mm512_mask_storeu_epi32(out + j, words0, _mm512_permutex2var_epi16(l, first, h));
-    _mm512_mask_storeu_epi32(out + j + 16, words1, _mm512_permutex2var_epi16(l, second, h));
+    const __m512i h =
+        hi == nullptr ? _mm512_setzero_si512() : _mm512_maskz_loadu_epi16(halves, hi + j);
+    _mm512_mask_storeu_epi32(out + j, FirstLanes(left), _mm512_permutex2var_epi16(l, first, h));
+    _mm512_mask_storeu_epi32(out + j + kLanes, FirstLanes(left - kLanes),
+                             _mm512_permutex2var_epi16(l, second, h));
   }
 }
 
