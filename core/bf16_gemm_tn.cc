@@ -188,43 +188,68 @@ TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t
   }
 }
 
+// Rows per block for NV vectors of columns: as many as the 32 zmm registers
+// allow, and at least enough for 12 accumulators, the fewest that cover
+// vdpbf16ps's latency on two pipes (a block with fewer waits on its
+// accumulators every step). A panel of at most 32 columns (attention's dV,
+// n = head size) therefore takes blocks of 2 * kMr rows.
+constexpr int64_t MaxRowsFor(int nv) { return nv <= 2 ? 2 * kMr : kMr; }
+constexpr int64_t MinRowsFor(int nv) { return std::min<int64_t>(MaxRowsFor(nv), (12 + nv - 1) / nv); }
+
+// The rows of the next block when `left` rows remain: full blocks, except
+// that a remainder which would leave a last block below MinRowsFor is
+// split into two near-equal blocks (128 rows at NV = 4: twenty of 6 and two
+// of 4 rather than a last one of 2).
+template <int NV>
+int64_t NextBlockRows(int64_t left) {
+  constexpr int64_t max_rows = MaxRowsFor(NV), min_rows = MinRowsFor(NV);
+  if (left <= max_rows) return left;
+  if (left < max_rows + min_rows) return (left + 1) / 2;
+  return max_rows;
+}
+
 template <int NV>
 void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32_t* bp,
                int64_t pairs, int64_t row, int64_t col, Stage stage) {
+  static_assert(MaxRowsFor(NV) <= 12);
   switch (rows) {
     case 1: return Block<NV, 1>(pr, ap, bp, pairs, row, col, stage);
     case 2: return Block<NV, 2>(pr, ap, bp, pairs, row, col, stage);
     case 3: return Block<NV, 3>(pr, ap, bp, pairs, row, col, stage);
     case 4: return Block<NV, 4>(pr, ap, bp, pairs, row, col, stage);
     case 5: return Block<NV, 5>(pr, ap, bp, pairs, row, col, stage);
-    default: return Block<NV, kMr>(pr, ap, bp, pairs, row, col, stage);
+    case 6: return Block<NV, 6>(pr, ap, bp, pairs, row, col, stage);
+  }
+  if constexpr (MaxRowsFor(NV) > 6) {
+    switch (rows) {
+      case 7: return Block<NV, 7>(pr, ap, bp, pairs, row, col, stage);
+      case 8: return Block<NV, 8>(pr, ap, bp, pairs, row, col, stage);
+      case 9: return Block<NV, 9>(pr, ap, bp, pairs, row, col, stage);
+      case 10: return Block<NV, 10>(pr, ap, bp, pairs, row, col, stage);
+      case 11: return Block<NV, 11>(pr, ap, bp, pairs, row, col, stage);
+      case 12: return Block<NV, 12>(pr, ap, bp, pairs, row, col, stage);
+    }
   }
 }
 
-// The block at (row, col) with as many rows and 16-column vectors as C
-// has there. A panel of at most 32 columns (attention's dV, n = head size)
-// fills only 2 x kMr accumulators, too few to cover vdpbf16ps's latency on
-// two pipes; there a full block covers 2 * kMr rows instead. Returns the
-// rows done.
+template <int NV>
+int64_t BlockOf(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
+                int64_t row, int64_t col, int64_t row_end, Stage stage) {
+  const int64_t rows = NextBlockRows<NV>(row_end - row);
+  BlockRows<NV>(rows, pr, ap, bp, pairs, row, col, stage);
+  return rows;
+}
+
+// The block at (row, col) with as many 16-column vectors as C has there and
+// NextBlockRows rows of those before row_end. Returns the rows done.
 int64_t BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
                 int64_t row, int64_t col, int64_t row_end, Stage stage) {
-  const int64_t vectors = (pr.n - col + 15) / 16;
-  if (vectors <= 2 && row + 2 * kMr <= row_end) {
-    if (vectors == 1) {
-      Block<1, 2 * kMr>(pr, ap, bp, pairs, row, col, stage);
-    } else {
-      Block<2, 2 * kMr>(pr, ap, bp, pairs, row, col, stage);
-    }
-    return 2 * kMr;
+  switch ((pr.n - col + 15) / 16) {
+    case 1: return BlockOf<1>(pr, ap, bp, pairs, row, col, row_end, stage);
+    case 2: return BlockOf<2>(pr, ap, bp, pairs, row, col, row_end, stage);
+    case 3: return BlockOf<3>(pr, ap, bp, pairs, row, col, row_end, stage);
+    default: return BlockOf<4>(pr, ap, bp, pairs, row, col, row_end, stage);
   }
-  const int64_t rows = std::min(kMr, pr.m - row);
-  switch (vectors) {
-    case 1: BlockRows<1>(rows, pr, ap, bp, pairs, row, col, stage); break;
-    case 2: BlockRows<2>(rows, pr, ap, bp, pairs, row, col, stage); break;
-    case 3: BlockRows<3>(rows, pr, ap, bp, pairs, row, col, stage); break;
-    default: BlockRows<4>(rows, pr, ap, bp, pairs, row, col, stage); break;
-  }
-  return kMr;
 }
 
 // One product on the calling thread, with its own buffers: bp for a B
@@ -274,7 +299,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
                                        bp + (panel - sl.g0) * kPanelStride, sl.pairs, row,
                                        panel * kPanel, row_end, stage);
           row += done;
-          const int64_t lines = pf_step * (done / kMr);
+          const int64_t lines = (pf_step * done + kMr - 1) / kMr;
           for (int64_t i = 0; i < lines && pf_next < pf_lines; ++i, ++pf_next) {
             _mm_prefetch(pf_row + pf_col * 64, _MM_HINT_T1);
             if (++pf_col == pf_per_row) {

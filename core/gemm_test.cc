@@ -289,7 +289,8 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
 // Products with A stored transposed and B not (weight gradients) take
 // their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
 // kernel for bf16 where the CPU has it (core/bf16_gemm_tn.h). Sizes off its
-// 6-row blocks (12-row ones for C of at most 32 columns), 48-row chunks,
+// 6-row blocks (12-row ones for C of at most 32 columns; remainders split
+// into two smaller blocks, as 128 and 57 rows have), 48-row chunks,
 // 64-column panels and 512-k slices (one, two and three of them), C wider
 // than tall (split by panels between threads) and taller than wide (split
 // by rows), odd k, padded leading dims, alpha/beta, an unread C at beta 0,
@@ -305,7 +306,8 @@ TEST(GemmTest, TransposedAMatchesReference) {
       for (DType c : {DType::kF32, ab}) {
         for (Size sz : {Size{1, 1, 1}, Size{70, 13, 301}, Size{45, 37, 77}, Size{130, 100, 600},
                         Size{256, 64, 512}, Size{20, 17, 1100}, Size{37, 45, 77},
-                        Size{64, 200, 600}, Size{13, 130, 77}, Size{100, 32, 130}}) {
+                        Size{64, 200, 600}, Size{13, 130, 77}, Size{100, 32, 130},
+                        Size{128, 96, 130}, Size{57, 48, 40}}) {
           for (float beta : {0.0f, 0.5f}) {
             const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
             ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = sz.m, .n = sz.n,
