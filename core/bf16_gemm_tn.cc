@@ -60,6 +60,18 @@ TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1
   return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
 }
 
+// V whole vectors of pairs of two rows (16 V columns of each) into out.
+template <int V>
+TPX_BF16_TARGET inline void PairRows(const uint16_t* row0, const uint16_t* row1, uint32_t* out) {
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + 16 * v));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1 + 16 * v));
+    _mm512_store_si512(out + 16 * v,
+                       _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16)));
+  }
+}
+
 // Where a slice's partial sums go: straight into an f32 C (alpha applied,
 // beta on the first slice), or through an f32 buffer for a bf16 C.
 enum class Stage { kOnly, kFirst, kMiddle, kLast };
@@ -95,6 +107,10 @@ TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t
     const int64_t k0 = 2 * (p0 + p);
     const uint16_t* row0 = pr.a + k0 * pr.lda + r0;
     const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.lda : nullptr;
+    if (width == kChunkRows && row1 != nullptr) {
+      PairRows<kChunkRows / 16>(row0, row1, ap + p * kChunkRows);
+      continue;
+    }
     for (int64_t c = 0; c < width; c += 16) {
       _mm512_store_si512(ap + p * kChunkRows + c,
                          PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c,
@@ -107,15 +123,21 @@ TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t
 // bp); columns past n are zeros up to a whole 16-column vector.
 TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t first,
                            int64_t last, uint32_t* bp) {
-  const int64_t col_end = std::min(pr.n, last * kPanel);
   for (int64_t p = 0; p < pairs; ++p) {
     const int64_t k0 = 2 * (p0 + p);
     const uint16_t* row0 = pr.b + k0 * pr.ldb;
     const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.ldb : nullptr;
-    for (int64_t c0 = first * kPanel; c0 < col_end; c0 += 16) {
-      const __m512i v =
-          PairUp(row0 + c0, row1 == nullptr ? nullptr : row1 + c0, FirstLanes(pr.n - c0));
-      _mm512_store_si512(bp + (c0 / kPanel - first) * kPanelStride + p * kPanel + c0 % kPanel, v);
+    for (int64_t panel = first; panel < last; ++panel) {
+      const int64_t c0 = panel * kPanel, cols = std::min(kPanel, pr.n - c0);
+      uint32_t* out = bp + (panel - first) * kPanelStride + p * kPanel;
+      if (cols == kPanel && row1 != nullptr) {
+        PairRows<kPanel / 16>(row0 + c0, row1 + c0, out);
+        continue;
+      }
+      for (int64_t c = 0; c < cols; c += 16) {
+        _mm512_store_si512(out + c, PairUp(row0 + c0 + c, row1 == nullptr ? nullptr : row1 + c0 + c,
+                                           FirstLanes(cols - c)));
+      }
     }
   }
 }
