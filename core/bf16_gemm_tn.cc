@@ -47,6 +47,11 @@ __mmask16 FirstLanes(int64_t count) {
 
 TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
 
+// 16 values of row 2p (lo) and of row 2p + 1 (hi) as 32-bit pairs.
+TPX_BF16_TARGET inline __m512i Interleave(__m256i lo, __m256i hi) {
+  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
+}
+
 // The first lanes of `mask` of rows 2p and 2p + 1 (row1 == nullptr: past k,
 // zeros) as 32-bit pairs.
 TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1, __mmask16 mask) {
@@ -57,7 +62,7 @@ TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1
   const __m256i hi = row1 == nullptr ? _mm256_setzero_si256()
                      : whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1))
                              : _mm256_maskz_loadu_epi16(mask, row1);
-  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
+  return Interleave(lo, hi);
 }
 
 // V whole vectors of pairs of two rows (16 V columns of each) into out.
@@ -67,8 +72,7 @@ TPX_BF16_TARGET inline void PairRows(const uint16_t* row0, const uint16_t* row1,
   for (int v = 0; v < V; ++v) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + 16 * v));
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1 + 16 * v));
-    _mm512_store_si512(out + 16 * v,
-                       _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16)));
+    _mm512_store_si512(out + 16 * v, Interleave(lo, hi));
   }
 }
 
@@ -135,8 +139,8 @@ TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t
         continue;
       }
       for (int64_t c = 0; c < cols; c += 16) {
-        _mm512_store_si512(out + c, PairUp(row0 + c0 + c, row1 == nullptr ? nullptr : row1 + c0 + c,
-                                           FirstLanes(cols - c)));
+        const uint16_t* hi = row1 == nullptr ? nullptr : row1 + c0 + c;
+        _mm512_store_si512(out + c, PairUp(row0 + c0 + c, hi, FirstLanes(cols - c)));
       }
     }
   }
@@ -216,7 +220,9 @@ TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t
 // accumulators every step). A panel of at most 32 columns (attention's dV,
 // n = head size) therefore takes blocks of 2 * kMr rows.
 constexpr int64_t MaxRowsFor(int nv) { return nv <= 2 ? 2 * kMr : kMr; }
-constexpr int64_t MinRowsFor(int nv) { return std::min<int64_t>(MaxRowsFor(nv), (12 + nv - 1) / nv); }
+constexpr int64_t MinRowsFor(int nv) {
+  return std::min<int64_t>(MaxRowsFor(nv), (12 + nv - 1) / nv);
+}
 
 // The rows of the next block when `left` rows remain: full blocks, except
 // that a remainder which would leave a last block below MinRowsFor is
