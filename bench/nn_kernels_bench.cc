@@ -5,10 +5,12 @@
 // residual-stream gradient sum (Add [rows, h]), bias + residual (DropoutAdd
 // without dropout), an f32 -> dtype copy of the MLP activations (To), and
 // an AdamW update of --params f32 weights (bf16: bf16 gradients and working
-// weights, as mixed precision trains).
+// weights, as mixed precision trains), and the causal scaled softmax of
+// unfused attention forward and backward (ScaledSoftmax over the [rows / t *
+// heads, t, t] scores: rows of t).
 //
 //   bazel run -c opt //bench:nn_kernels -- [--rows=2048] [--h=128] [--ffn=512] [--reps=21]
-//       [--input_sets=1]
+//       [--input_sets=1] [--heads=4] [--t=128]
 //
 // One JSON line per op, dtype (f32, bf16) and thread count (1, 2):
 //   {"bench":"nn_kernels","op":"bias_gelu_backward","dtype":"bf16","threads":2,
@@ -17,6 +19,7 @@
 // allocated per call as in training.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -33,6 +36,8 @@ ABSL_FLAG(int64_t, rows, 2048, "rows (tokens per step)");
 ABSL_FLAG(int64_t, h, 128, "hidden size (layer norm, bias gradient)");
 ABSL_FLAG(int64_t, ffn, 512, "MLP hidden size (bias + GeLU)");
 ABSL_FLAG(int64_t, params, 842496, "AdamW parameters (the GPT example's count)");
+ABSL_FLAG(int64_t, heads, 4, "attention heads (scaled softmax over [rows / t * heads, t, t])");
+ABSL_FLAG(int64_t, t, 128, "sequence length (scaled softmax)");
 ABSL_FLAG(int, reps, 21, "timed calls per configuration");
 ABSL_FLAG(int, input_sets, 1,
           "copies of the layer-norm and GeLU inputs, used in turn (many: inputs come from "
@@ -105,11 +110,21 @@ absl::Status Run() {
     // Small steps so repeated updates stay finite.
     const AdamWCoefficients adamw = {.decay = 1.0f - 1e-6f, .beta1 = 0.9f, .beta2 = 0.999f,
                                      .step_size = 1e-6f, .inv_sqrt_bias2 = 1.0f, .eps = 1e-8f};
+    // Attention scores of the composed (unfused) attention, [b * heads, t, t],
+    // and a gradient and an output of their causal softmax.
+    const int64_t t = absl::GetFlag(FLAGS_t);
+    const int64_t score_rows = rows / t * absl::GetFlag(FLAGS_heads) * t;
+    const double score_scale =
+        1.0 / std::sqrt(static_cast<double>(h / absl::GetFlag(FLAGS_heads)));
+    TPX_ASSIGN_OR_RETURN(Tensor scores, Random({score_rows / t, t, t}, dtype, 12));
+    TPX_ASSIGN_OR_RETURN(Tensor scores_grad, Random({score_rows / t, t, t}, dtype, 13));
+    TPX_ASSIGN_OR_RETURN(Tensor probs, ops::ScaledSoftmax(scores, score_scale, true));
     struct Op {
       const char* name;
       int64_t width;
       std::function<absl::Status()> fn;
       bool one_row = false;  // width is every element (reported as rows 1)
+      int64_t rows = 0;      // rows of width (0: --rows)
     };
     std::vector<Op> all = {
         {"bias_gelu", ffn, [&] { return ops::BiasGelu(in().up, up_bias).status(); }},
@@ -140,6 +155,12 @@ absl::Status Run() {
         {"adamw", params, [&] {
            return ops::AdamWStep(param, param_grad, exp_avg, exp_avg_sq, working, adamw);
          }, /*one_row=*/true},
+        {"causal_softmax", t,
+         [&] { return ops::ScaledSoftmax(scores, score_scale, true).status(); }, false,
+         score_rows},
+        {"softmax_backward", t,
+         [&] { return ops::ScaledSoftmaxBackward(scores_grad, probs, score_scale).status(); },
+         false, score_rows},
     };
     if (dtype != DType::kF32) {  // f32 -> f32 would copy nothing
       all.push_back({"to_dtype_from_f32", ffn, [&] { return up_f32.To(dtype).status(); }});
@@ -148,7 +169,7 @@ absl::Status Run() {
       SetGemmThreads(threads);
       for (const Op& op : all) {
         TPX_ASSIGN_OR_RETURN(double us, MedianUs(reps, op.fn));
-        const int64_t op_rows = op.one_row ? 1 : rows;
+        const int64_t op_rows = op.one_row ? 1 : op.rows > 0 ? op.rows : rows;
         std::printf(
             "{\"bench\":\"nn_kernels\",\"op\":\"%s\",\"dtype\":\"%s\",\"threads\":%d,"
             "\"rows\":%lld,\"h\":%lld,\"us\":%.1f,\"ns_per_element\":%.3f}\n",

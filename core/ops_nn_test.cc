@@ -200,6 +200,65 @@ TEST_P(FusedNnTest, ScaledSoftmaxMatchesDoubleReference) {
   EXPECT_FALSE(ScaledSoftmaxBackward(TestRandom({2, 3}), TestRandom({3, 2}), 1.0).ok());
 }
 
+// What the rows read and how they end: a causal row never looks past its
+// last key (garbage there changes nothing, also in a last vector shorter
+// than 16), a NaN score makes its row NaN, a row of -inf scores is 0 / 0
+// (NaN), and bf16 computes in f32 from the exact bf16 values and rounds
+// once (on the CPU bit for bit the f32 result rounded).
+TEST_P(FusedNnTest, ScaledSoftmaxRowEdgesAndBf16) {
+  const int64_t m = 20, n = 37;  // row i sees keys j <= i + 17
+  std::vector<float> clean = TestRandom({2, m, n}, DType::kF32, 11, -3.0f, 3.0f).ToVector<float>();
+  std::vector<float> garbage = clean;
+  for (int64_t r = 0; r < 2 * m; ++r) {
+    for (int64_t j = r % m + 1 + n - m; j < n; ++j) {
+      garbage[r * n + j] = j % 2 == 0 ? NAN : INFINITY;
+    }
+  }
+  absl::StatusOr<Tensor> y_clean =
+      ScaledSoftmax(*TestFromVector<float>(clean, {2, m, n}), 0.7, /*causal=*/true);
+  SKIP_IF_UNIMPLEMENTED(y_clean);
+  ASSERT_TRUE(y_clean.ok()) << y_clean.status();
+  absl::StatusOr<Tensor> y_garbage =
+      ScaledSoftmax(*TestFromVector<float>(garbage, {2, m, n}), 0.7, /*causal=*/true);
+  ASSERT_TRUE(y_garbage.ok()) << y_garbage.status();
+  EXPECT_EQ(y_garbage->ToVector<float>(), y_clean->ToVector<float>());
+
+  // Rows of 37 (two whole vectors and a partial one): a NaN in row 0's
+  // last vector, row 1 all -inf, row 2 finite.
+  std::vector<float> rows = TestRandom({3, n}, DType::kF32, 12, -3.0f, 3.0f).ToVector<float>();
+  rows[35] = NAN;
+  for (int64_t j = 0; j < n; ++j) rows[n + j] = -INFINITY;
+  absl::StatusOr<Tensor> y_rows =
+      ScaledSoftmax(*TestFromVector<float>(rows, {3, n}), 1.0, /*causal=*/false);
+  ASSERT_TRUE(y_rows.ok()) << y_rows.status();
+  const std::vector<float> got = y_rows->ToVector<float>();
+  double row2_sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(std::isnan(got[j])) << j;
+    EXPECT_TRUE(std::isnan(got[n + j])) << j;
+    EXPECT_TRUE(std::isfinite(got[2 * n + j])) << j;
+    row2_sum += got[2 * n + j];
+  }
+  EXPECT_NEAR(row2_sum, 1.0, 1e-6);
+
+  Tensor x16 = TestRandom({2, m, n}, DType::kBF16, 13, -3.0f, 3.0f);
+  Tensor g16 = TestRandom({2, m, n}, DType::kBF16, 14);
+  absl::StatusOr<Tensor> y16 = ScaledSoftmax(x16, 0.7, /*causal=*/true);
+  absl::StatusOr<Tensor> y32 = ScaledSoftmax(*x16.To(DType::kF32), 0.7, /*causal=*/true);
+  ASSERT_TRUE(y16.ok() && y32.ok());
+  absl::StatusOr<Tensor> d16 = ScaledSoftmaxBackward(g16, *y16, 0.7);
+  absl::StatusOr<Tensor> d32 =
+      ScaledSoftmaxBackward(*g16.To(DType::kF32), *y16->To(DType::kF32), 0.7);
+  ASSERT_TRUE(d16.ok() && d32.ok());
+  if (TestDevice().is_cpu()) {
+    EXPECT_EQ(y16->ToVector<float>(), y32->To(DType::kBF16)->ToVector<float>());
+    EXPECT_EQ(d16->ToVector<float>(), d32->To(DType::kBF16)->ToVector<float>());
+  } else {
+    EXPECT_TRUE(TensorsClose(*y16->To(DType::kF32), *y32, 1e-2, 1e-3));
+    EXPECT_TRUE(TensorsClose(*d16->To(DType::kF32), *d32, 1e-2, 1e-3));
+  }
+}
+
 TEST_P(FusedNnTest, BiasGeluAndBackwardMatchDoubleReference) {
   // [300, 130]: split over the threads, the bias gradient over several row
   // chunks with a partial last one; [3, 5, 7]: rows over two leading dims;
