@@ -1,4 +1,5 @@
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/compare_testutil.h"
@@ -171,6 +172,48 @@ TEST_P(ElementwiseTest, ScaleAndUnaryMath) {
       *Log(pos), *Tensor::FromVector<double>({0.0, std::log(4.0), std::log(0.25)}, {3}), 1e-6,
       1e-7));
   EXPECT_THAT(Sqrt(pos)->ToVector<float>(), ElementsAre(1.0f, 2.0f, 0.5f));
+}
+
+// Rows long enough for the vector loops (and their tails), contiguous and
+// through a transposed view (the strided loop), f32 and bf16, against
+// double references; GeluBackward's pass too.
+TEST_P(ElementwiseTest, UnaryMathOnLongRowsMatchesDouble) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Tensor x = TestRandom({37, 29}, dtype, 21, -6.0f, 6.0f);
+    Tensor pos = TestRandom({37, 29}, dtype, 22, 1e-3f, 50.0f);
+    Tensor g = TestRandom({37, 29}, dtype, 23);
+    std::vector<double> xv = x.ToVector<double>(), pv = pos.ToVector<double>();
+    std::vector<double> gv = g.ToVector<double>();
+    std::vector<double> exp_ref, log_ref, tanh_ref, gelu_ref, gelu_grad_ref;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double v = xv[i];
+      exp_ref.push_back(std::exp(v));
+      log_ref.push_back(std::log(pv[i]));
+      tanh_ref.push_back(std::tanh(v));
+      gelu_ref.push_back(0.5 * v * (1 + std::erf(v / std::sqrt(2.0))));
+      gelu_grad_ref.push_back(gv[i] * (0.5 * (1 + std::erf(v / std::sqrt(2.0))) +
+                                       v * std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI)));
+    }
+    // bf16 results are rounded once: half an ulp of 8 bits.
+    const double rtol = dtype == DType::kBF16 ? 4e-3 : 2e-6;
+    const double atol = dtype == DType::kBF16 ? 1e-6 : 1e-7;
+    auto ref = [](const std::vector<double>& v) { return *TestFromVector<double>(v, {37, 29}); };
+    for (bool transposed : {false, true}) {
+      // The transposed views' rows are strided; their results come back
+      // transposed and are compared as such.
+      auto view = [&](const Tensor& t) { return transposed ? *t.Transpose(0, 1) : t; };
+      auto back = [&](absl::StatusOr<Tensor> t) { return transposed ? *t->Transpose(0, 1) : *t; };
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + (transposed ? " transposed" : " contiguous"));
+      EXPECT_TRUE(TensorsClose(back(Exp(view(x))), ref(exp_ref), rtol, atol));
+      EXPECT_TRUE(TensorsClose(back(Log(view(pos))), ref(log_ref), rtol, atol));
+      EXPECT_TRUE(TensorsClose(back(Tanh(view(x))), ref(tanh_ref), rtol, atol));
+      // GeLU's erf has an absolute error below 4e-7 (core/cpu/vec_math.h),
+      // times |x| / 2 in GeLU.
+      EXPECT_TRUE(TensorsClose(back(Gelu(view(x))), ref(gelu_ref), rtol, 2e-6));
+      EXPECT_TRUE(TensorsClose(back(GeluBackward(view(g), view(x))), ref(gelu_grad_ref),
+                               dtype == DType::kBF16 ? 8e-3 : 1e-5, 2e-6));
+    }
+  }
 }
 
 // GeluBackward against central finite differences of Gelu in double.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 // Compiles a (non-inline; templates too) function twice, for AVX-512
 // (x86-64-v4) and for the build's baseline, and picks one when the program
@@ -28,6 +29,16 @@
 #define TPX_VEC_INLINE inline __attribute__((always_inline))
 #else
 #define TPX_VEC_INLINE inline
+#endif
+
+// A lambda that a TPX_VECTOR_CLONES function calls per element: GCC inlines
+// a function compiled for the baseline arch into an arch=x86-64-v4 clone
+// only when it is always_inline, and a call per element keeps the loop
+// scalar (Log and Tanh ran at 6-7 ns an element so).
+#if defined(__GNUC__)
+#define TPX_ELEMENT_FN __attribute__((always_inline))
+#else
+#define TPX_ELEMENT_FN
 #endif
 
 namespace tpx::cpu {
@@ -81,6 +92,62 @@ TPX_VEC_INLINE float Exp(float x) {
   const float s2 = std::bit_cast<float>(static_cast<uint32_t>(n2 + 127) << 23);
   const float result = p * s1 * s2;
   return x == x ? result : x;  // NaN in, NaN out
+}
+
+// ln x with at most ~2 ulp error (Cephes' logf: x = m 2^e with m in
+// [sqrt(1/2), sqrt(2)), ln m by a degree-9 polynomial in m - 1, e ln 2 added
+// in two parts). Branch-free, so loops of it vectorise (libm's logf is a
+// scalar call per element). ln 0 = -inf, ln of a negative number or NaN is
+// NaN, ln +inf = +inf; subnormals are read exactly.
+TPX_VEC_INLINE float Log(float x) {
+  constexpr float kSqrtHalf = 0.70710678118654752440f;
+  // Subnormals scaled into the normal range first (2^23), their exponent
+  // corrected below.
+  const bool tiny = x < 1.17549435e-38f;
+  const float xs = tiny ? x * 8388608.0f : x;
+  const uint32_t bits = std::bit_cast<uint32_t>(xs);
+  float e = static_cast<float>(static_cast<int32_t>((bits >> 23) & 0xffu) - 126) -
+            (tiny ? 23.0f : 0.0f);
+  float m = std::bit_cast<float>((bits & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool low = m < kSqrtHalf;
+  e = low ? e - 1.0f : e;
+  m = low ? m + m - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float p = 7.0376836292e-2f;
+  p = std::fma(p, m, -1.1514610310e-1f);
+  p = std::fma(p, m, 1.1676998740e-1f);
+  p = std::fma(p, m, -1.2420140846e-1f);
+  p = std::fma(p, m, 1.4249322787e-1f);
+  p = std::fma(p, m, -1.6668057665e-1f);
+  p = std::fma(p, m, 2.0000714765e-1f);
+  p = std::fma(p, m, -2.4999993993e-1f);
+  p = std::fma(p, m, 3.3333331174e-1f);
+  float y = p * m * z;
+  y = std::fma(e, -2.12194440e-4f, y);
+  y = std::fma(z, -0.5f, y);
+  float r = std::fma(e, 0.693359375f, m + y);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  r = x == kInf ? kInf : r;
+  r = x == 0.0f ? -kInf : r;
+  return x < 0.0f || x != x ? std::numeric_limits<float>::quiet_NaN() : r;
+}
+
+// tanh x with at most ~3 ulp error (Cephes' tanhf): an odd polynomial below
+// |x| = 0.625, 1 - 2 / (e^(2|x|) + 1) with x's sign above (both computed,
+// one kept, so loops vectorise). tanh(+-inf) = +-1, tanh(-0) = -0, NaN in
+// gives NaN out.
+TPX_VEC_INLINE float Tanh(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float big = 1.0f - 2.0f / (Exp(ax + ax) + 1.0f);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = std::fma(p, z, 2.06390887954e-2f);
+  p = std::fma(p, z, -5.37397155531e-2f);
+  p = std::fma(p, z, 1.33314422036e-1f);
+  p = std::fma(p, z, -3.33332819422e-1f);
+  // x itself at +-0, whose sign the sum x * (p z) + x would lose.
+  const float small = x == 0.0f ? x : std::fma(p * z, x, x);
+  return ax >= 0.625f ? (x < 0.0f ? -big : big) : small;
 }
 
 // erf(x) with absolute error below 4e-7 (a few ulp near 0, where it

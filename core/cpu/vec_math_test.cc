@@ -53,6 +53,66 @@ TEST(VecMathTest, ExpSpecialValues) {
   EXPECT_FLOAT_EQ(Exp(88.0f), 1.6516363e38f);
 }
 
+// Every float of [2^-149, 2^128) at a stride of 4099 bit patterns (about a
+// million values: subnormals, each binade, both sides of sqrt(1/2)).
+TEST(VecMathTest, LogMatchesLibmWithinTwoUlp) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  for (uint32_t bits = 1; bits < 0x7f800000u; bits += 4099) {
+    const float x = std::bit_cast<float>(bits);
+    const float want = static_cast<float>(std::log(static_cast<double>(x)));
+    const int64_t d = want == 0.0f ? (Log(x) == 0.0f ? 0 : 99) : UlpDistance(Log(x), want);
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
+  }
+  EXPECT_LE(worst, 2) << "at x=" << worst_x;
+}
+
+TEST(VecMathTest, LogSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Log(1.0f), 0.0f);
+  EXPECT_EQ(Log(0.0f), -inf);
+  EXPECT_EQ(Log(-0.0f), -inf);
+  EXPECT_EQ(Log(inf), inf);
+  EXPECT_TRUE(std::isnan(Log(-1.0f)));
+  EXPECT_TRUE(std::isnan(Log(-inf)));
+  EXPECT_TRUE(std::isnan(Log(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_FLOAT_EQ(Log(std::numeric_limits<float>::denorm_min()), -103.27893f);
+  EXPECT_FLOAT_EQ(Log(std::numeric_limits<float>::max()), 88.72284f);
+}
+
+TEST(VecMathTest, TanhMatchesLibmWithinThreeUlp) {
+  int64_t worst = 0;
+  float worst_x = 0;
+  for (float x = -12.0f; x < 12.0f; x += 0.000731f) {
+    const float want = static_cast<float>(std::tanh(static_cast<double>(x)));
+    const float got = Tanh(x);
+    const int64_t d = (got < 0) != (want < 0) ? 99 : UlpDistance(got, want);
+    if (d > worst) {
+      worst = d;
+      worst_x = x;
+    }
+  }
+  // Tiny arguments (tanh x = x there), through the subnormals.
+  for (float x = 1e-3f; x > 0; x *= 0.5f) {
+    EXPECT_LE(UlpDistance(Tanh(x), static_cast<float>(std::tanh(static_cast<double>(x)))), 1)
+        << x;
+  }
+  EXPECT_LE(worst, 3) << "at x=" << worst_x;
+}
+
+TEST(VecMathTest, TanhSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Tanh(inf), 1.0f);
+  EXPECT_EQ(Tanh(-inf), -1.0f);
+  EXPECT_EQ(Tanh(100.0f), 1.0f);
+  EXPECT_EQ(Tanh(0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(Tanh(-0.0f)));
+  EXPECT_TRUE(std::isnan(Tanh(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(VecMathTest, ErfMatchesLibm) {
   double worst = 0;
   float worst_x = 0;
