@@ -1,5 +1,6 @@
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/compare_testutil.h"
@@ -162,6 +163,44 @@ TEST_P(ReduceTest, SoftmaxAndLogSoftmax) {
   // Large logits do not overflow.
   Tensor big = *TestFromVector<float>({1000.0f, 1000.0f}, {2});
   EXPECT_THAT(Softmax(big, 0)->ToVector<float>(), ElementsAre(0.5f, 0.5f));
+}
+
+// Rows long enough for the vector loops and their tails (37, 300), every
+// dim, f32 and bf16; the first maximum and the first NaN where they fall in
+// different vectors; rows of -inf.
+TEST_P(ReduceTest, LongRowsMaxArgmaxSoftmax) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    Tensor x = TestRandom({4, 37, 300}, dtype, 5, -8.0f, 8.0f);
+    for (int64_t dim = 0; dim < 3; ++dim) {
+      Tensor max_ref =
+          ReduceReference(x, dim, -INFINITY, [](double a, double b) { return std::max(a, b); });
+      EXPECT_TRUE(TensorsClose(*Max(x, dim), *max_ref.To(dtype), 0, 0)) << dim;
+      Tensor lse = ReduceReference(x, dim, 0.0, [](double a, double b) { return a + std::exp(b); });
+      Tensor ref_log = *Sub(*x.To(DType::kF32), *Log(*lse.To(DType::kF32))->Unsqueeze(dim));
+      const double tol = dtype == DType::kBF16 ? 1e-2 : 1e-5;
+      EXPECT_TRUE(TensorsClose(*LogSoftmax(x, dim)->To(DType::kF32), ref_log, tol, tol)) << dim;
+      EXPECT_TRUE(TensorsClose(*Softmax(x, dim)->To(DType::kF32), *Exp(ref_log), tol, 1e-6))
+          << dim;
+    }
+    // Row 0: its maximum 9 at 5 and 21 (argmax 5); row 1: NaN at 20 and 33
+    // (argmax 20, max NaN, softmax NaN); row 2: all -inf (max -inf).
+    std::vector<float> v = TestRandom({3, 37}, DType::kF32, 6).ToVector<float>();
+    v[5] = v[21] = 9.0f;
+    v[37 + 20] = v[37 + 33] = NAN;
+    for (int64_t j = 0; j < 37; ++j) v[74 + j] = -INFINITY;
+    Tensor rows = *TestFromVector<float>(v, {3, 37}, dtype);
+    EXPECT_THAT(Argmax(rows, 1)->ToVector<int64_t>(), ElementsAre(5, 20, 0));
+    const std::vector<float> m = Max(rows, 1)->ToVector<float>();
+    EXPECT_EQ(m[0], 9.0f);
+    EXPECT_TRUE(std::isnan(m[1]));
+    EXPECT_EQ(m[2], -INFINITY);
+    const std::vector<float> sm = Softmax(rows, 1)->ToVector<float>();
+    for (int64_t j = 0; j < 37; ++j) {
+      EXPECT_TRUE(std::isfinite(sm[j])) << j;
+      EXPECT_TRUE(std::isnan(sm[37 + j])) << j;
+    }
+  }
 }
 
 }  // namespace

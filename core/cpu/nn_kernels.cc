@@ -175,40 +175,6 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void LayerNormBackwardRows(
   }
 }
 
-// The maximum of scale * x[0..valid) for 0 < valid <= n, reading x[0..n)
-// a vector at a time: NaN when one of them is NaN, 0 when all are -inf
-// (sparing the exponentials inf - inf). Sixteen running maxima in one
-// vector, lanes from `valid` on masked, NaN flagged beside them (it never
-// enters the maxima): a scalar loop testing each element for NaN stayed
-// unvectorised, two thirds of a causal row's time.
-TPX_VEC_INLINE float ScaledRowMax(const float* x, int64_t valid, int64_t n, float scale) {
-  using Floats = float __attribute__((vector_size(64)));
-  using Ints = int32_t __attribute__((vector_size(64)));
-  constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  const Ints lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  Floats m = Floats{} + kLowest;
-  Ints nan = Ints{};
-  for (int64_t i = 0; i < valid; i += 16) {
-    Floats v = Floats{} + kLowest;
-    if (i + 16 <= n) {
-      std::memcpy(&v, x + i, sizeof(v));
-    } else {
-      for (int64_t k = 0; k < n - i; ++k) v[k] = x[i + k];
-    }
-    v = lane < static_cast<int32_t>(valid - i) ? v * scale : kLowest;
-    nan |= v != v;
-    m = v > m ? v : m;
-  }
-  float mx = kLowest;
-  bool any_nan = false;
-  for (int k = 0; k < 16; ++k) {
-    mx = m[k] > mx ? m[k] : mx;
-    any_nan |= nan[k] != 0;
-  }
-  if (any_nan) return std::numeric_limits<float>::quiet_NaN();
-  return std::isinf(mx) && mx < 0 ? 0.0f : mx;
-}
-
 // y[0..valid) = softmax(scale * x[0..valid)), y[valid..n) = 0. The
 // exponentials go to `e` (f32, n elements; y itself for f32). bf16/f16 rows
 // are first widened into `e`, so that every pass runs on f32 vectors (the
@@ -228,7 +194,8 @@ TPX_VECTOR_CLONES void SoftmaxRow(const T* x, T* y, float* e, int64_t valid, int
     } else {
       xf = x;
     }
-    const float mx = ScaledRowMax(xf, valid, n, scale);
+    float mx = ScaledRowMax(xf, valid, n, scale);
+    if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
     for (int64_t j = 0; j < whole; ++j) e[j] = Exp(scale * xf[j] - mx);
     const float inv = 1.0f / Sum8(valid, [e](int64_t j) { return e[j]; });
     StoreRow(y, valid, [e, inv](int64_t j) { return e[j] * inv; });

@@ -53,33 +53,16 @@ inline I MaxStep(I acc, I v) {
   return v > acc ? v : acc;
 }
 
-// Max of n values at x[0], x[stride], ...; NaN if any is NaN. Eight
-// independent maxima in the `v > m ? v : m` form (exactly vmaxps) let the
-// compiler vectorise the contiguous case.
+// Max of the n contiguous values x[0..n): NaN if any is NaN, on f32 vectors
+// (ScaledRowMax; bf16/f16 widened into `row` first).
 template <typename T>
-float RowMax(const T* x, int64_t n, int64_t stride) {
-  constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  float m[8] = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
-  bool nan = false;
-  int64_t i = 0;
-  if (stride == 1) {
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; ++j) {
-        const float v = Load(x[i + j]);
-        nan |= v != v;
-        m[j] = v > m[j] ? v : m[j];
-      }
-    }
+TPX_VECTOR_CLONES TPX_INLINE_CALLS float RowMaxOf(const T* x, int64_t n, std::vector<float>& row) {
+  if constexpr (kIsReduced<T>) {
+    for (int64_t k = 0; k < n; ++k) row[k] = Load(x[k]);
+    return ScaledRowMax(row.data(), n, n, 1.0f);
+  } else {
+    return ScaledRowMax(x, n, n, 1.0f);
   }
-  for (; i < n; ++i) {
-    const float v = Load(x[i * stride]);
-    nan |= v != v;
-    m[0] = v > m[0] ? v : m[0];
-  }
-  if (nan) return std::numeric_limits<float>::quiet_NaN();
-  float r = m[0];
-  for (int j = 1; j < 8; ++j) r = m[j] > r ? m[j] : r;
-  return r;
 }
 
 // Adds rows [first, last) of x (rows of `inner`) into acc.
@@ -145,12 +128,31 @@ absl::Status SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean)
 
 // Max values (values != nullptr) or argmax (indices != nullptr) over n.
 void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor* indices) {
-  if (indices == nullptr && r.inner == 1 && IsFloatingPoint(in.dtype())) {
+  if (r.inner == 1 && r.n > 0 && IsFloatingPoint(in.dtype())) {
+    // Contiguous rows: the maximum on vectors, then (argmax) the first
+    // position holding it, or the first NaN.
     DispatchFloat(in.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* x = in.template data<T>();
-      T* o = values->data<T>();
-      for (int64_t i = 0; i < r.outer; ++i) o[i] = StoreAs<T>(RowMax(x + i * r.n, r.n, 1));
+      T* vo = values ? values->data<T>() : nullptr;
+      int64_t* io = indices ? indices->data<int64_t>() : nullptr;
+      ParallelFor(r.outer, r.n, [&](int64_t first, int64_t last) {
+        std::vector<float> row(kIsReduced<T> ? r.n : 0);
+        for (int64_t i = first; i < last; ++i) {
+          const T* xr = x + i * r.n;
+          const float m = RowMaxOf(xr, r.n, row);
+          if (vo) vo[i] = StoreAs<T>(m);
+          if (io) {
+            int64_t k = 0;
+            if (m != m) {
+              while (Load(xr[k]) == Load(xr[k])) ++k;
+            } else {
+              while (Load(xr[k]) != m) ++k;
+            }
+            io[i] = k;
+          }
+        }
+      });
     });
     return;
   }
@@ -190,6 +192,68 @@ void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor*
   });
 }
 
+// Softmax (log: log-softmax) of the n contiguous values x[0..n) into
+// y, through `row` (n floats): widened once, then every pass on f32
+// vectors (ScaledRowMax, Exp over the row, Sum8). A NaN makes the row NaN;
+// a row of -inf is NaN (0 / 0) for softmax and -inf - -inf for log-softmax.
+template <typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void SoftmaxRowOf(const T* x, T* y, float* row, int64_t n,
+                                                     bool log) {
+  for (int64_t k = 0; k < n; ++k) row[k] = Load(x[k]);
+  float mx = ScaledRowMax(row, n, n, 1.0f);
+  if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
+  if (log) {
+    const float lse = mx + std::log(Sum8(n, [row, mx](int64_t k) { return Exp(row[k] - mx); }));
+    StoreRow(y, n, [row, lse](int64_t k) { return row[k] - lse; });
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) row[k] = Exp(row[k] - mx);
+  const float inv = 1.0f / Sum8(n, [row](int64_t k) { return row[k]; });
+  StoreRow(y, n, [row, inv](int64_t k) { return row[k] * inv; });
+}
+
+// The softmax over the middle dim of one [n, inner] block (x, y), a whole
+// row of `inner` at a time so that memory is read in order and the inner
+// columns' maxima and sums are vectors: stats holds 2 inner floats.
+template <typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void SoftmaxColumnsOf(const T* x, T* y, float* stats,
+                                                         int64_t n, int64_t inner, bool log) {
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  float* mx = stats;
+  float* sum = stats + inner;
+  for (int64_t j = 0; j < inner; ++j) mx[j] = kLowest;
+  // NaN-propagating maxima: once a column holds NaN it keeps it.
+  for (int64_t k = 0; k < n; ++k) {
+    const T* row = x + k * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      const float v = Load(row[j]);
+      mx[j] = mx[j] != mx[j] || v <= mx[j] ? mx[j] : v;
+    }
+  }
+  for (int64_t j = 0; j < inner; ++j) {
+    mx[j] = mx[j] == kLowest ? 0.0f : mx[j];  // all -inf: avoid inf - inf
+    sum[j] = 0.0f;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const T* row = x + k * inner;
+    for (int64_t j = 0; j < inner; ++j) sum[j] += Exp(Load(row[j]) - mx[j]);
+  }
+  if (log) {
+    for (int64_t j = 0; j < inner; ++j) sum[j] = mx[j] + std::log(sum[j]);  // lse
+    for (int64_t k = 0; k < n; ++k) {
+      StoreRow(y + k * inner, inner,
+               [x, sum, k, inner](int64_t j) { return Load(x[k * inner + j]) - sum[j]; });
+    }
+    return;
+  }
+  for (int64_t j = 0; j < inner; ++j) sum[j] = 1.0f / sum[j];  // reciprocals
+  for (int64_t k = 0; k < n; ++k) {
+    StoreRow(y + k * inner, inner, [x, mx, sum, k, inner](int64_t j) {
+      return Exp(Load(x[k * inner + j]) - mx[j]) * sum[j];
+    });
+  }
+}
+
 }  // namespace
 
 absl::Status CpuDeviceKernels::Reduce(ReduceOp op, const Tensor& out, const Tensor& in,
@@ -210,31 +274,20 @@ absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int6
     using T = decltype(tag);
     const T* x = in.template data<T>();
     T* o = out.data<T>();
-    ParallelFor(outer, n * inner, [&](int64_t first, int64_t last) {
-    std::vector<float> row(n);
-    for (int64_t i = first; i < last; ++i) {
-      for (int64_t j = 0; j < inner; ++j) {
-        const T* src = x + i * n * inner + j;
-        T* dst = o + i * n * inner + j;
-        for (int64_t k = 0; k < n; ++k) row[k] = Load(src[k * inner]);
-        float mx = RowMax(row.data(), n, 1);
-        if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-        if (log) {
-          float sum = 0.0f;
-          for (int64_t k = 0; k < n; ++k) sum += Exp(row[k] - mx);
-          const float lse = mx + std::log(sum);
-          for (int64_t k = 0; k < n; ++k) dst[k * inner] = StoreAs<T>(row[k] - lse);
-        } else {
-          float sum = 0.0f;
-          for (int64_t k = 0; k < n; ++k) {
-            row[k] = Exp(row[k] - mx);
-            sum += row[k];
-          }
-          const float inv = 1.0f / sum;
-          for (int64_t k = 0; k < n; ++k) dst[k * inner] = StoreAs<T>(row[k] * inv);
+    if (inner == 1) {
+      ParallelFor(outer, n, [&](int64_t first, int64_t last) {
+        std::vector<float> row(n);
+        for (int64_t i = first; i < last; ++i) {
+          SoftmaxRowOf(x + i * n, o + i * n, row.data(), n, log);
         }
-      }
+      });
+      return;
     }
+    ParallelFor(outer, n * inner, [&](int64_t first, int64_t last) {
+      std::vector<float> stats(2 * inner);
+      for (int64_t i = first; i < last; ++i) {
+        SoftmaxColumnsOf(x + i * n * inner, o + i * n * inner, stats.data(), n, inner, log);
+      }
     });
   });
   return absl::OkStatus();

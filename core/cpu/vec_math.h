@@ -1,7 +1,8 @@
 // Branch-free float math that the compiler can vectorise in plain loops
-// (libm's expf is a scalar call per element), and a sum that vectorises
-// without reassociation flags (Sum8; Sum8Rows for several short rows at
-// once, bit for bit the same). Internal to the CPU kernels.
+// (libm's expf, logf and tanhf are scalar calls per element), a row maximum
+// on vectors (ScaledRowMax), and a sum that vectorises without reassociation
+// flags (Sum8; Sum8Rows for several short rows at once, bit for bit the
+// same). Internal to the CPU kernels.
 #ifndef TPX_CORE_CPU_VEC_MATH_H_
 #define TPX_CORE_CPU_VEC_MATH_H_
 
@@ -195,6 +196,38 @@ TPX_VEC_INLINE float GeluGrad(float x) {
   const float half_erfc = 0.5f * (p * t) * e;  // Phi(-|x|)
   const float cdf = z < 0.0f ? half_erfc : 1.0f - half_erfc;
   return cdf + x * (0.39894228040143267794f * e);
+}
+
+// The maximum of scale * x[0..valid) for 0 <= valid <= n, reading x[0..n)
+// a vector at a time: NaN when one of them is NaN, -inf when there are none
+// (or all are -inf). Sixteen running maxima in one vector, lanes from
+// `valid` on masked, NaN flagged beside them (it never enters the maxima):
+// a scalar loop testing each element for NaN stayed unvectorised.
+TPX_VEC_INLINE float ScaledRowMax(const float* x, int64_t valid, int64_t n, float scale) {
+  using Floats = float __attribute__((vector_size(64)));
+  using Ints = int32_t __attribute__((vector_size(64)));
+  constexpr float kLowest = -std::numeric_limits<float>::infinity();
+  const Ints lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  Floats m = Floats{} + kLowest;
+  Ints nan = Ints{};
+  for (int64_t i = 0; i < valid; i += 16) {
+    Floats v = Floats{} + kLowest;
+    if (i + 16 <= n) {
+      std::memcpy(&v, x + i, sizeof(v));
+    } else {
+      for (int64_t k = 0; k < n - i; ++k) v[k] = x[i + k];
+    }
+    v = lane < static_cast<int32_t>(valid - i) ? v * scale : kLowest;
+    nan |= v != v;
+    m = v > m ? v : m;
+  }
+  float mx = kLowest;
+  bool any_nan = false;
+  for (int k = 0; k < 16; ++k) {
+    mx = m[k] > mx ? m[k] : mx;
+    any_nan |= nan[k] != 0;
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : mx;
 }
 
 // Sum of f(j) over j in [0, n) with eight independent partial sums
