@@ -255,6 +255,32 @@ TEST_P(ElementwiseTest, AddInPlaceAccumulatesAcrossDTypesAndLayouts) {
   EXPECT_THAT(big.ToVector<float>(), ElementsAre(0, 7, 7, 0, 0, 7, 7, 0, 0, 7, 7, 0));
 }
 
+// Comparisons and Where over rows long enough for the vector loops, with a
+// random mask, in f32, bf16 and i64, against element-wise references.
+TEST_P(ElementwiseTest, CompareAndWhereOnLongRows) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kI64}) {
+    SCOPED_TRACE(std::string(DTypeName(dtype)));
+    Tensor a = *TestRandom({33, 45}, DType::kF32, 31, -4.0f, 4.0f).To(dtype);
+    Tensor b = *TestRandom({33, 45}, DType::kF32, 32, -4.0f, 4.0f).To(dtype);
+    const std::vector<double> av = a.ToVector<double>(), bv = b.ToVector<double>();
+    std::vector<bool> lt, ge, eq_self, lt_scalar;
+    std::vector<double> where;
+    for (size_t i = 0; i < av.size(); ++i) {
+      lt.push_back(av[i] < bv[i]);
+      ge.push_back(av[i] >= bv[i]);
+      eq_self.push_back(true);
+      lt_scalar.push_back(av[i] < 0.5);
+      where.push_back(av[i] < bv[i] ? av[i] : bv[i]);
+    }
+    Tensor mask = *Lt(a, b);
+    EXPECT_EQ(mask.ToVector<bool>(), lt);
+    EXPECT_EQ(Ge(a, b)->ToVector<bool>(), ge);
+    EXPECT_EQ(Eq(a, a)->ToVector<bool>(), eq_self);
+    EXPECT_EQ(LtScalar(a, 0.5)->ToVector<bool>(), lt_scalar);
+    EXPECT_EQ(Where(mask, a, b)->ToVector<double>(), where);
+  }
+}
+
 TEST_P(ElementwiseTest, MaskedFillAndWhere) {
   Tensor x = *TestFromVector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor col_mask = *TestFromVector<bool>({true, false, true}, {3});
