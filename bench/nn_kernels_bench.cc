@@ -5,9 +5,11 @@
 // residual-stream gradient sum (Add [rows, h]), bias + residual (DropoutAdd
 // without dropout), an f32 -> dtype copy of the MLP activations (To), and
 // an AdamW update of --params f32 weights (bf16: bf16 gradients and working
-// weights, as mixed precision trains), and the causal scaled softmax of
-// unfused attention forward and backward (ScaledSoftmax over the [rows / t *
-// heads, t, t] scores: rows of t).
+// weights, as mixed precision trains), element-wise math and reductions of
+// composed models over the MLP activations (exp, log of exp, tanh, gelu,
+// softmax, log-softmax, max and argmax over rows of ffn, Lt then Where), and
+// the causal scaled softmax of unfused attention forward and backward
+// (ScaledSoftmax over the [rows / t * heads, t, t] scores: rows of t).
 //
 //   bazel run -c opt //bench:nn_kernels -- [--rows=2048] [--h=128] [--ffn=512] [--reps=21]
 //       [--input_sets=1] [--heads=4] [--t=128]
@@ -155,6 +157,22 @@ absl::Status Run() {
         {"adamw", params, [&] {
            return ops::AdamWStep(param, param_grad, exp_avg, exp_avg_sq, working, adamw);
          }, /*one_row=*/true},
+        // Element-wise math and reductions of composed models, over the MLP
+        // activations: rows of ffn.
+        {"exp", ffn, [&] { return ops::Exp(in().up).status(); }},
+        {"log", ffn, [&] { return ops::Log(*ops::Exp(in().up)).status(); }},
+        {"tanh", ffn, [&] { return ops::Tanh(in().up).status(); }},
+        {"gelu", ffn, [&] { return ops::Gelu(in().up).status(); }},
+        {"softmax", ffn, [&] { return ops::Softmax(in().up, 1).status(); }},
+        {"log_softmax", ffn, [&] { return ops::LogSoftmax(in().up, 1).status(); }},
+        {"max", ffn, [&] { return ops::Max(in().up, 1).status(); }},
+        {"argmax", ffn, [&] { return ops::Argmax(in().up, 1).status(); }},
+        {"where", ffn,
+         [&]() -> absl::Status {
+           const Inputs& i = in();
+           TPX_ASSIGN_OR_RETURN(Tensor mask, ops::Lt(i.up, i.up_grad));
+           return ops::Where(mask, i.up, i.up_grad).status();
+         }},
         {"causal_softmax", t,
          [&] { return ops::ScaledSoftmax(scores, score_scale, true).status(); }, false,
          score_rows},
