@@ -236,27 +236,13 @@ int64_t NextBlockRows(int64_t left) {
   return max_rows;
 }
 
-template <int NV>
+// Block<NV, rows> for rows in [MR, MaxRowsFor(NV)], picked at run time.
+template <int NV, int MR = 1>
 void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32_t* bp,
                int64_t pairs, int64_t row, int64_t col, Stage stage) {
-  static_assert(MaxRowsFor(NV) <= 12);
-  switch (rows) {
-    case 1: return Block<NV, 1>(pr, ap, bp, pairs, row, col, stage);
-    case 2: return Block<NV, 2>(pr, ap, bp, pairs, row, col, stage);
-    case 3: return Block<NV, 3>(pr, ap, bp, pairs, row, col, stage);
-    case 4: return Block<NV, 4>(pr, ap, bp, pairs, row, col, stage);
-    case 5: return Block<NV, 5>(pr, ap, bp, pairs, row, col, stage);
-    case 6: return Block<NV, 6>(pr, ap, bp, pairs, row, col, stage);
-  }
-  if constexpr (MaxRowsFor(NV) > 6) {
-    switch (rows) {
-      case 7: return Block<NV, 7>(pr, ap, bp, pairs, row, col, stage);
-      case 8: return Block<NV, 8>(pr, ap, bp, pairs, row, col, stage);
-      case 9: return Block<NV, 9>(pr, ap, bp, pairs, row, col, stage);
-      case 10: return Block<NV, 10>(pr, ap, bp, pairs, row, col, stage);
-      case 11: return Block<NV, 11>(pr, ap, bp, pairs, row, col, stage);
-      case 12: return Block<NV, 12>(pr, ap, bp, pairs, row, col, stage);
-    }
+  if constexpr (MR <= MaxRowsFor(NV)) {
+    if (rows == MR) return Block<NV, MR>(pr, ap, bp, pairs, row, col, stage);
+    BlockRows<NV, MR + 1>(rows, pr, ap, bp, pairs, row, col, stage);
   }
 }
 

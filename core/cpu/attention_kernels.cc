@@ -587,34 +587,11 @@ void RunProduct(const Isa& isa, const PairToBf16Product& p) {
 // sum), and so does a row of -inf scores (0 / 0). One pointer, so the loops
 // vectorise without an overlap check.
 
-// The maximum of scale * x[0..len), read in whole vectors up to n; 0 when
-// all are -inf (avoiding inf - inf).
+// The maximum of scale * x[0..len), read in whole vectors up to n
+// (ScaledRowMax): NaN when a score is NaN, 0 when all are -inf (avoiding
+// inf - inf).
 TPX_VECTOR_CLONES float RowMax(const float* x, int64_t len, int64_t n, float scale) {
-  // The running maxima are one vector (an array of them stayed in memory,
-  // each step waiting on the last one's store).
-  using Floats = float __attribute__((vector_size(64)));
-  using Ints = int32_t __attribute__((vector_size(64)));
-  constexpr float kLowest = -std::numeric_limits<float>::infinity();
-  const Ints lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  Floats m = Floats{} + kLowest;
-  for (int64_t i = 0; i < n; i += 16) {
-    Floats v;
-    std::memcpy(&v, x + i, sizeof(v));
-    v = lane + static_cast<int32_t>(i) < static_cast<int32_t>(len) ? v * scale : kLowest;
-    m = v > m ? v : m;
-  }
-  // NaN never enters m, so the order of the last 16 comparisons only picks
-  // between +0 and -0, which Exp(scale * x - mx) does not tell apart: a
-  // tree of four steps (one chain of 15 scalar steps was a tenth of the
-  // row's time).
-  for (const Ints perm : {Ints{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7},
-                          Ints{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
-                          Ints{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
-                          Ints{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}}) {
-    const Floats o = __builtin_shuffle(m, perm);
-    m = o > m ? o : m;
-  }
-  const float mx = m[0];
+  const float mx = ScaledRowMax(x, len, n, scale);
   return std::isinf(mx) && mx < 0 ? 0.0f : mx;
 }
 

@@ -19,24 +19,34 @@ int64_t UlpDistance(float a, float b) {
   return std::abs(static_cast<int64_t>(ia) - static_cast<int64_t>(ib));
 }
 
+// The largest distance(x) over x = first, first + step, ... below last, and
+// the x where it is.
+struct Worst {
+  int64_t distance = 0;
+  float x = 0;
+};
+template <typename F>
+Worst WorstOver(float first, float last, float step, F distance) {
+  Worst w;
+  for (float x = first; x < last; x += step) {
+    const int64_t d = distance(x);
+    if (d > w.distance) w = {d, x};
+  }
+  return w;
+}
+
 TEST(VecMathTest, ExpMatchesLibmWithinTwoUlp) {
-  int64_t worst = 0;
-  float worst_x = 0;
-  for (float x = -103.0f; x < 88.7f; x += 0.0137f) {
+  const Worst worst = WorstOver(-103.0f, 88.7f, 0.0137f, [](float x) -> int64_t {
     const float got = Exp(x);
     const float want = static_cast<float>(std::exp(static_cast<double>(x)));
     if (want < std::numeric_limits<float>::min()) {
       // Subnormal results: absolute error within one subnormal step.
       EXPECT_NEAR(got, want, 2 * std::numeric_limits<float>::denorm_min()) << x;
-      continue;
+      return 0;
     }
-    const int64_t d = UlpDistance(got, want);
-    if (d > worst) {
-      worst = d;
-      worst_x = x;
-    }
-  }
-  EXPECT_LE(worst, 2) << "at x=" << worst_x;
+    return UlpDistance(got, want);
+  });
+  EXPECT_LE(worst.distance, 2) << "at x=" << worst.x;
 }
 
 TEST(VecMathTest, ExpSpecialValues) {
@@ -84,23 +94,17 @@ TEST(VecMathTest, LogSpecialValues) {
 }
 
 TEST(VecMathTest, TanhMatchesLibmWithinThreeUlp) {
-  int64_t worst = 0;
-  float worst_x = 0;
-  for (float x = -12.0f; x < 12.0f; x += 0.000731f) {
+  const Worst worst = WorstOver(-12.0f, 12.0f, 0.000731f, [](float x) -> int64_t {
     const float want = static_cast<float>(std::tanh(static_cast<double>(x)));
     const float got = Tanh(x);
-    const int64_t d = (got < 0) != (want < 0) ? 99 : UlpDistance(got, want);
-    if (d > worst) {
-      worst = d;
-      worst_x = x;
-    }
-  }
+    return (got < 0) != (want < 0) ? 99 : UlpDistance(got, want);
+  });
+  EXPECT_LE(worst.distance, 3) << "at x=" << worst.x;
   // Tiny arguments (tanh x = x there), through the subnormals.
   for (float x = 1e-3f; x > 0; x *= 0.5f) {
     EXPECT_LE(UlpDistance(Tanh(x), static_cast<float>(std::tanh(static_cast<double>(x)))), 1)
         << x;
   }
-  EXPECT_LE(worst, 3) << "at x=" << worst_x;
 }
 
 TEST(VecMathTest, TanhSpecialValues) {
