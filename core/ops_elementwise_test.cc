@@ -264,13 +264,15 @@ TEST_P(ElementwiseTest, CompareAndWhereOnLongRows) {
     Tensor b = *TestRandom({33, 45}, DType::kF32, 32, -4.0f, 4.0f).To(dtype);
     const std::vector<double> av = a.ToVector<double>(), bv = b.ToVector<double>();
     std::vector<bool> lt, ge, eq_self, lt_scalar;
-    std::vector<double> where;
+    std::vector<double> where, filled, where_scalar_b;
     for (size_t i = 0; i < av.size(); ++i) {
       lt.push_back(av[i] < bv[i]);
       ge.push_back(av[i] >= bv[i]);
       eq_self.push_back(true);
       lt_scalar.push_back(av[i] < 0.5);
       where.push_back(av[i] < bv[i] ? av[i] : bv[i]);
+      filled.push_back(av[i] < bv[i] ? -7.0 : av[i]);
+      where_scalar_b.push_back(av[i] < bv[i] ? av[i] : 3.0);
     }
     Tensor mask = *Lt(a, b);
     EXPECT_EQ(mask.ToVector<bool>(), lt);
@@ -278,6 +280,10 @@ TEST_P(ElementwiseTest, CompareAndWhereOnLongRows) {
     EXPECT_EQ(Eq(a, a)->ToVector<bool>(), eq_self);
     EXPECT_EQ(LtScalar(a, 0.5)->ToVector<bool>(), lt_scalar);
     EXPECT_EQ(Where(mask, a, b)->ToVector<double>(), where);
+    // One value for a whole operand (stride 0): MaskedFill's fill, and b.
+    EXPECT_EQ(MaskedFill(a, mask, -7.0)->ToVector<double>(), filled);
+    Tensor three = *TestFull({1}, 3.0, dtype);
+    EXPECT_EQ(Where(mask, a, three)->ToVector<double>(), where_scalar_b);
   }
 }
 

@@ -44,18 +44,24 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void UnaryRow(TO* o, const TI* x, int64_t n, 
 // out[i] = cond[i] ? a[i] : b[i] over contiguous rows (Where), per ISA: a
 // bitwise blend of both values' bits under a mask made from cond, which
 // vectorises (a select stayed a branch per element, and a random mask
-// mispredicts half of them).
-template <typename T>
-TPX_VECTOR_CLONES void WhereRow(T* o, const bool* c, const T* a, const T* b, int64_t n) {
+// mispredicts half of them). A or B may be one value for the whole row
+// (kScalarA / kScalarB: stride 0, as MaskedFill's fill value is). `o` is
+// Where's fresh output: it overlaps no input.
+template <typename T, bool kScalarA, bool kScalarB>
+TPX_VECTOR_CLONES void WhereRow(T* __restrict o, const uint8_t* __restrict c,
+                                const T* __restrict a, const T* __restrict b, int64_t n) {
   using Bits = std::conditional_t<
       sizeof(T) == 8, uint64_t,
       std::conditional_t<sizeof(T) == 4, uint32_t,
                          std::conditional_t<sizeof(T) == 2, uint16_t, uint8_t>>>;
   static_assert(sizeof(Bits) == sizeof(T));
+  Bits a0 = 0, b0 = 0;
+  if constexpr (kScalarA) std::memcpy(&a0, a, sizeof(T));
+  if constexpr (kScalarB) std::memcpy(&b0, b, sizeof(T));
   for (int64_t i = 0; i < n; ++i) {
-    Bits x, y;
-    std::memcpy(&x, a + i, sizeof(T));
-    std::memcpy(&y, b + i, sizeof(T));
+    Bits x = a0, y = b0;
+    if constexpr (!kScalarA) std::memcpy(&x, a + i, sizeof(T));
+    if constexpr (!kScalarB) std::memcpy(&y, b + i, sizeof(T));
     const Bits mask = static_cast<Bits>(Bits{0} - static_cast<Bits>(c[i]));
     const Bits r = static_cast<Bits>((x & mask) | (y & static_cast<Bits>(~mask)));
     std::memcpy(o + i, &r, sizeof(T));
@@ -273,12 +279,16 @@ absl::Status CpuDeviceKernels::Where(const Tensor& out, const Tensor& cond, cons
                   {out.strides(), cond.strides(), a.strides(), b.strides()},
                   {sizeof(T), 1, sizeof(T), sizeof(T)},
                   [](std::array<char*, 4> p, std::array<int64_t, 4> s, int64_t n) {
-                    if (s[0] == sizeof(T) && s[1] == 1 && s[2] == sizeof(T) &&
-                        s[3] == sizeof(T)) {
-                      WhereRow(reinterpret_cast<T*>(p[0]), reinterpret_cast<const bool*>(p[1]),
-                               reinterpret_cast<const T*>(p[2]),
-                               reinterpret_cast<const T*>(p[3]), n);
-                      return;
+                    T* o = reinterpret_cast<T*>(p[0]);
+                    // The bools' bytes (0 or 1): GCC vectorises no loop over bool.
+                    const uint8_t* c = reinterpret_cast<const uint8_t*>(p[1]);
+                    const T* x = reinterpret_cast<const T*>(p[2]);
+                    const T* y = reinterpret_cast<const T*>(p[3]);
+                    if (s[0] == sizeof(T) && s[1] == 1) {
+                      const bool whole_a = s[2] == sizeof(T), whole_b = s[3] == sizeof(T);
+                      if (whole_a && whole_b) return WhereRow<T, false, false>(o, c, x, y, n);
+                      if (s[2] == 0 && whole_b) return WhereRow<T, true, false>(o, c, x, y, n);
+                      if (whole_a && s[3] == 0) return WhereRow<T, false, true>(o, c, x, y, n);
                     }
                     for (int64_t i = 0; i < n; ++i) {
                       const bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
