@@ -7,7 +7,8 @@
 // an AdamW update of --params f32 weights (bf16: bf16 gradients and working
 // weights, as mixed precision trains), element-wise math and reductions of
 // composed models over the MLP activations (exp, log of exp, tanh, gelu,
-// softmax, log-softmax, max and argmax over rows of ffn, Lt then Where), and
+// softmax, log-softmax, max and argmax over rows of ffn, Lt then Where, a
+// transposed copy), and
 // the causal scaled softmax of unfused attention forward and backward
 // (ScaledSoftmax over the [rows / t * heads, t, t] scores: rows of t).
 //
@@ -172,6 +173,11 @@ absl::Status Run() {
            const Inputs& i = in();
            TPX_ASSIGN_OR_RETURN(Tensor mask, ops::Lt(i.up, i.up_grad));
            return ops::Where(mask, i.up, i.up_grad).status();
+         }},
+        {"transpose_copy", ffn,
+         [&]() -> absl::Status {
+           TPX_ASSIGN_OR_RETURN(Tensor tr, in().up.Transpose(0, 1));
+           return tr.Contiguous().status();
          }},
         {"causal_softmax", t,
          [&] { return ops::ScaledSoftmax(scores, score_scale, true).status(); }, false,

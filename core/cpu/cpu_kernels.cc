@@ -1,18 +1,63 @@
 // CPU DeviceKernels: device and memory entry points, copies, fill, GEMM.
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
+#include "core/cpu/transpose16x16.h"
 #include "core/gemm.h"
 
 namespace tpx::cpu {
 namespace {
 
-// Copies a transposing layout in 32x32 tiles so both sides stay in cache:
-// dst is unit-stride along its last dim `c`, src along another dim `r`.
-// Returns false (nothing copied) when the layouts are not of that kind.
+bool HasAvx512F() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
+// Rows [i0, i1) of a transposing plane of 32-bit elements, d[i * drs + j] =
+// x[i + j * scs] for j < cols, in 16 x 16 blocks transposed in registers:
+// 16 contiguous loads of x, 16 contiguous stores of d (the scalar tile
+// loop gathered one element at a time). Edges go element by element.
+__attribute__((target("avx512f"))) void TransposePlaneRows32(uint32_t* d, const uint32_t* x,
+                                                             int64_t i0, int64_t i1,
+                                                             int64_t cols, int64_t drs,
+                                                             int64_t scs) {
+  const int64_t i_whole = i0 + (i1 - i0) / 16 * 16, j_whole = cols / 16 * 16;
+  for (int64_t i = i0; i < i_whole; i += 16) {
+    for (int64_t j = 0; j < j_whole; j += 16) {
+      __m512 r[16];
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) r[k] = _mm512_loadu_ps(x + i + (j + k) * scs);
+      Transpose16x16(r);
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) _mm512_storeu_ps(d + (i + k) * drs + j, r[k]);
+    }
+    for (int64_t k = i; k < i + 16; ++k) {
+      for (int64_t j = j_whole; j < cols; ++j) d[k * drs + j] = x[k + j * scs];
+    }
+  }
+  for (int64_t k = i_whole; k < i1; ++k) {
+    for (int64_t j = 0; j < cols; ++j) d[k * drs + j] = x[k + j * scs];
+  }
+}
+
+// Copies a transposing layout: dst is unit-stride along its last dim `c`,
+// src along another dim `r`. Each (r, c) plane goes in blocks of rows split
+// over the kernel threads: 16 x 16 register transposes for 32-bit elements
+// of one dtype on AVX-512 CPUs, else 32 x 32 tiles element by element (both
+// sides stay in cache). Returns false (nothing copied) when the layouts are
+// not of that kind.
 bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
   const int64_t rank = dst.dim();
   if (rank < 2 || dst.numel() < 4096) return false;
@@ -33,29 +78,53 @@ bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
     using D = decltype(dst_tag);
     DispatchDType(src.dtype(), [&](auto src_tag) {
       using S = decltype(src_tag);
-      auto plane = [&](D* d, const S* x) {
-        constexpr int64_t kTile = 32;
-        for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-          const int64_t i1 = std::min(rows, i0 + kTile);
-          for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-            const int64_t j1 = std::min(cols, j0 + kTile);
-            for (int64_t i = i0; i < i1; ++i) {
-              for (int64_t j = j0; j < j1; ++j) {
-                d[i * dst_row_stride + j] = Convert<D>(x[i + j * src_col_stride]);
-              }
+      constexpr int64_t kTile = 32;
+      auto plane_rows = [&](D* d, const S* x, int64_t i0, int64_t i1) {
+        if constexpr (std::is_same_v<D, S> && sizeof(D) == 4) {
+          if (HasAvx512F()) {
+            TransposePlaneRows32(reinterpret_cast<uint32_t*>(d),
+                                 reinterpret_cast<const uint32_t*>(x), i0, i1, cols,
+                                 dst_row_stride, src_col_stride);
+            return;
+          }
+        }
+        for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+          const int64_t j1 = std::min(cols, j0 + kTile);
+          for (int64_t i = i0; i < i1; ++i) {
+            for (int64_t j = j0; j < j1; ++j) {
+              d[i * dst_row_stride + j] = Convert<D>(x[i + j * src_col_stride]);
             }
           }
         }
       };
+      std::vector<std::pair<D*, const S*>> planes;
       ForEachRow<2>(
           outer_shape, {static_cast<char*>(dst.raw_data()), static_cast<char*>(src.raw_data())},
           {dst.strides(), src.strides()}, {sizeof(D), sizeof(S)},
           [&](std::array<char*, 2> p, std::array<int64_t, 2> st, int64_t n) {
             for (int64_t t = 0; t < n; ++t) {
-              plane(reinterpret_cast<D*>(p[0] + t * st[0]),
-                    reinterpret_cast<const S*>(p[1] + t * st[1]));
+              planes.emplace_back(reinterpret_cast<D*>(p[0] + t * st[0]),
+                                  reinterpret_cast<const S*>(p[1] + t * st[1]));
             }
           });
+      // Work items: (plane, block of kTile rows), over the kernel threads
+      // for 32-bit and wider elements. Narrower ones stay on one thread: a
+      // bf16 [512, 2048] copy took 480-530 us on 2 threads against 325 us
+      // on one (both sides then share each 64-byte line of the source).
+      const int64_t blocks = (rows + kTile - 1) / kTile;
+      auto run = [&](int64_t first, int64_t last) {
+        for (int64_t q = first; q < last; ++q) {
+          const auto& [d, x] = planes[q / blocks];
+          const int64_t i0 = q % blocks * kTile;
+          plane_rows(d, x, i0, std::min(rows, i0 + kTile));
+        }
+      };
+      const int64_t items = static_cast<int64_t>(planes.size()) * blocks;
+      if constexpr (sizeof(S) >= 4) {
+        ParallelFor(items, kTile * cols, run);
+      } else {
+        run(0, items);
+      }
     });
   });
   return true;
