@@ -7,8 +7,8 @@
 // an AdamW update of --params f32 weights (bf16: bf16 gradients and working
 // weights, as mixed precision trains), element-wise math and reductions of
 // composed models over the MLP activations (exp, log of exp, tanh, gelu,
-// softmax, log-softmax, max and argmax over rows of ffn, Lt then Where, a
-// transposed copy), and
+// softmax, log-softmax, max and argmax over rows of ffn and over the rows,
+// Lt then Where, a transposed copy), and
 // the causal scaled softmax of unfused attention forward and backward
 // (ScaledSoftmax over the [rows / t * heads, t, t] scores: rows of t).
 //
@@ -168,6 +168,8 @@ absl::Status Run() {
         {"log_softmax", ffn, [&] { return ops::LogSoftmax(in().up, 1).status(); }},
         {"max", ffn, [&] { return ops::Max(in().up, 1).status(); }},
         {"argmax", ffn, [&] { return ops::Argmax(in().up, 1).status(); }},
+        {"max_over_rows", ffn, [&] { return ops::Max(in().up, 0).status(); }},
+        {"argmax_over_rows", ffn, [&] { return ops::Argmax(in().up, 0).status(); }},
         {"where", ffn,
          [&]() -> absl::Status {
            const Inputs& i = in();

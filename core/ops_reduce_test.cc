@@ -195,6 +195,13 @@ TEST_P(ReduceTest, LongRowsMaxArgmaxSoftmax) {
     EXPECT_EQ(m[0], 9.0f);
     EXPECT_TRUE(std::isnan(m[1]));
     EXPECT_EQ(m[2], -INFINITY);
+    // The same as columns of [37, 3] (reduced a row of 3 at a time).
+    Tensor columns = *rows.Transpose(0, 1)->Contiguous();
+    EXPECT_THAT(Argmax(columns, 0)->ToVector<int64_t>(), ElementsAre(5, 20, 0));
+    const std::vector<float> mc = Max(columns, 0)->ToVector<float>();
+    EXPECT_EQ(mc[0], 9.0f);
+    EXPECT_TRUE(std::isnan(mc[1]));
+    EXPECT_EQ(mc[2], -INFINITY);
     const std::vector<float> sm = Softmax(rows, 1)->ToVector<float>();
     for (int64_t j = 0; j < 37; ++j) {
       EXPECT_TRUE(std::isfinite(sm[j])) << j;

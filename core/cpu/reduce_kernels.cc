@@ -126,6 +126,28 @@ absl::Status SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean)
   return absl::OkStatus();
 }
 
+// The maxima and their first positions over the n rows of one [n, inner]
+// block of floating values, a row of `inner` at a time on vectors: a
+// column's NaN stays once met (the first NaN wins), and the position moves
+// only to a strictly larger value (the first maximum wins).
+template <typename T>
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void ColumnsMaxOf(const T* x, int64_t n, int64_t inner,
+                                                     float* best, int64_t* where) {
+  for (int64_t j = 0; j < inner; ++j) {
+    best[j] = Load(x[j]);
+    where[j] = 0;
+  }
+  for (int64_t k = 1; k < n; ++k) {
+    const T* row = x + k * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      const float v = Load(row[j]), b = best[j];
+      const bool take = b == b && !(v <= b);
+      best[j] = take ? v : b;
+      where[j] = take ? k : where[j];
+    }
+  }
+}
+
 // Max values (values != nullptr) or argmax (indices != nullptr) over n.
 void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor* indices) {
   if (r.inner == 1 && r.n > 0 && IsFloatingPoint(in.dtype())) {
@@ -167,11 +189,15 @@ void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor*
       std::vector<int64_t> where(r.inner);
       for (int64_t i = 0; i < r.outer; ++i) {
         const T* block = x + i * r.n * r.inner;
-        for (int64_t j = 0; j < r.inner; ++j) {
-          best[j] = Load(block[j]);
-          where[j] = 0;
+        if constexpr (std::is_same_v<C, float>) {
+          ColumnsMaxOf(block, r.n, r.inner, best.data(), where.data());
+        } else {
+          for (int64_t j = 0; j < r.inner; ++j) {
+            best[j] = Load(block[j]);
+            where[j] = 0;
+          }
         }
-        for (int64_t k = 1; k < r.n; ++k) {
+        for (int64_t k = std::is_same_v<C, float> ? r.n : 1; k < r.n; ++k) {
           const T* row = block + k * r.inner;
           for (int64_t j = 0; j < r.inner; ++j) {
             const C v = Load(row[j]);
