@@ -43,14 +43,14 @@ void SumBlock(const T* x, int64_t n, int64_t inner, A* acc) {
   }
 }
 
-// NaN-propagating max step.
-inline float MaxStep(float acc, float v) {
-  if (std::isnan(acc)) return acc;
-  return v <= acc ? acc : v;  // v > acc, or v is NaN
-}
+// Whether v takes the place of the running maximum `best` (and its
+// position): the first maximum wins, and for floating values a NaN wins and
+// then stays (NaN-propagating max). Written as one comparison per value so
+// that column loops vectorise.
+inline bool ReplacesMax(float best, float v) { return best == best && !(v <= best); }
 template <typename I>
-inline I MaxStep(I acc, I v) {
-  return v > acc ? v : acc;
+inline bool ReplacesMax(I best, I v) {
+  return v > best;
 }
 
 // Max of the n contiguous values x[0..n): NaN if any is NaN, on f32 vectors
@@ -126,13 +126,11 @@ absl::Status SumOrMean(const Tensor& out, const Tensor& in, Layout r, bool mean)
   return absl::OkStatus();
 }
 
-// The maxima and their first positions over the n rows of one [n, inner]
-// block of floating values, a row of `inner` at a time on vectors: a
-// column's NaN stays once met (the first NaN wins), and the position moves
-// only to a strictly larger value (the first maximum wins).
-template <typename T>
+// The maxima and their first positions (ReplacesMax) over the n rows of
+// one [n, inner] block, a row of `inner` at a time on vectors.
+template <typename T, typename C = ComputeType<T>>
 TPX_VECTOR_CLONES TPX_INLINE_CALLS void ColumnsMaxOf(const T* x, int64_t n, int64_t inner,
-                                                     float* best, int64_t* where) {
+                                                     C* best, int64_t* where) {
   for (int64_t j = 0; j < inner; ++j) {
     best[j] = Load(x[j]);
     where[j] = 0;
@@ -140,8 +138,8 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void ColumnsMaxOf(const T* x, int64_t n, int6
   for (int64_t k = 1; k < n; ++k) {
     const T* row = x + k * inner;
     for (int64_t j = 0; j < inner; ++j) {
-      const float v = Load(row[j]), b = best[j];
-      const bool take = b == b && !(v <= b);
+      const C v = Load(row[j]), b = best[j];
+      const bool take = ReplacesMax(b, v);
       best[j] = take ? v : b;
       where[j] = take ? k : where[j];
     }
@@ -188,27 +186,7 @@ void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor*
       std::vector<C> best(r.inner);
       std::vector<int64_t> where(r.inner);
       for (int64_t i = 0; i < r.outer; ++i) {
-        const T* block = x + i * r.n * r.inner;
-        if constexpr (std::is_same_v<C, float>) {
-          ColumnsMaxOf(block, r.n, r.inner, best.data(), where.data());
-        } else {
-          for (int64_t j = 0; j < r.inner; ++j) {
-            best[j] = Load(block[j]);
-            where[j] = 0;
-          }
-        }
-        for (int64_t k = std::is_same_v<C, float> ? r.n : 1; k < r.n; ++k) {
-          const T* row = block + k * r.inner;
-          for (int64_t j = 0; j < r.inner; ++j) {
-            const C v = Load(row[j]);
-            const C m = MaxStep(best[j], v);
-            // Update the index only on a strict change (first maximum wins; first NaN wins).
-            if (!(m == best[j]) && !(std::isnan(static_cast<double>(best[j])))) {
-              best[j] = m;
-              where[j] = k;
-            }
-          }
-        }
+        ColumnsMaxOf(x + i * r.n * r.inner, r.n, r.inner, best.data(), where.data());
         for (int64_t j = 0; j < r.inner; ++j) {
           if (vo) vo[i * r.inner + j] = StoreAs<T>(best[j]);
           if (io) io[i * r.inner + j] = where[j];
@@ -218,24 +196,17 @@ void MaxOrArgmax(const Tensor& in, Layout r, const Tensor* values, const Tensor*
   });
 }
 
-// Softmax (log: log-softmax) of the n contiguous values x[0..n) into
-// y, through `row` (n floats): widened once, then every pass on f32
-// vectors (ScaledRowMax, Exp over the row, Sum8). A NaN makes the row NaN;
-// a row of -inf is NaN (0 / 0) for softmax and -inf - -inf for log-softmax.
+// Log-softmax of the n contiguous values x[0..n) into y, through `row` (n
+// floats): widened once, then every pass on f32 vectors (ScaledRowMax, Exp
+// over the row, Sum8). A NaN makes the row NaN; a row of -inf is -inf -
+// -inf (NaN). (Softmax's rows are ScaledSoftmax's, core/cpu/nn_kernels.cc.)
 template <typename T>
-TPX_VECTOR_CLONES TPX_INLINE_CALLS void SoftmaxRowOf(const T* x, T* y, float* row, int64_t n,
-                                                     bool log) {
+TPX_VECTOR_CLONES TPX_INLINE_CALLS void LogSoftmaxRowOf(const T* x, T* y, float* row, int64_t n) {
   for (int64_t k = 0; k < n; ++k) row[k] = Load(x[k]);
   float mx = ScaledRowMax(row, n, n, 1.0f);
   if (std::isinf(mx) && mx < 0) mx = 0.0f;  // all -inf: avoid inf - inf
-  if (log) {
-    const float lse = mx + std::log(Sum8(n, [row, mx](int64_t k) { return Exp(row[k] - mx); }));
-    StoreRow(y, n, [row, lse](int64_t k) { return row[k] - lse; });
-    return;
-  }
-  for (int64_t k = 0; k < n; ++k) row[k] = Exp(row[k] - mx);
-  const float inv = 1.0f / Sum8(n, [row](int64_t k) { return row[k]; });
-  StoreRow(y, n, [row, inv](int64_t k) { return row[k] * inv; });
+  const float lse = mx + std::log(Sum8(n, [row, mx](int64_t k) { return Exp(row[k] - mx); }));
+  StoreRow(y, n, [row, lse](int64_t k) { return row[k] - lse; });
 }
 
 // The softmax over the middle dim of one [n, inner] block (x, y), a whole
@@ -248,12 +219,12 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void SoftmaxColumnsOf(const T* x, T* y, float
   float* mx = stats;
   float* sum = stats + inner;
   for (int64_t j = 0; j < inner; ++j) mx[j] = kLowest;
-  // NaN-propagating maxima: once a column holds NaN it keeps it.
+  // NaN-propagating maxima (ReplacesMax): once a column holds NaN it keeps it.
   for (int64_t k = 0; k < n; ++k) {
     const T* row = x + k * inner;
     for (int64_t j = 0; j < inner; ++j) {
       const float v = Load(row[j]);
-      mx[j] = mx[j] != mx[j] || v <= mx[j] ? mx[j] : v;
+      mx[j] = ReplacesMax(mx[j], v) ? v : mx[j];
     }
   }
   for (int64_t j = 0; j < inner; ++j) {
@@ -296,6 +267,8 @@ absl::Status CpuDeviceKernels::Reduce(ReduceOp op, const Tensor& out, const Tens
 
 absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int64_t outer,
                                        int64_t n, int64_t inner, bool log) {
+  // Contiguous rows: softmax is ScaledSoftmax at scale 1 without a mask.
+  if (inner == 1 && !log) return ScaledSoftmax(out, in, outer, 1, n, 1.0, /*causal=*/false);
   DispatchFloat(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = in.template data<T>();
@@ -303,9 +276,7 @@ absl::Status CpuDeviceKernels::Softmax(const Tensor& out, const Tensor& in, int6
     if (inner == 1) {
       ParallelFor(outer, n, [&](int64_t first, int64_t last) {
         std::vector<float> row(n);
-        for (int64_t i = first; i < last; ++i) {
-          SoftmaxRowOf(x + i * n, o + i * n, row.data(), n, log);
-        }
+        for (int64_t i = first; i < last; ++i) LogSoftmaxRowOf(x + i * n, o + i * n, row.data(), n);
       });
       return;
     }
