@@ -230,6 +230,17 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   return ProductPath::kMatmul;
 }
 
+// Whether a batch of products for oneDNN's matmul goes to the threads as
+// whole products (a one-thread primitive each on its own range) rather
+// than as one primitive for all. oneDNN splits each product of attention's
+// sizes (128 x 128 x 32) across the threads, which then wait on each
+// other: whole products measured 1.07-1.11x faster on two threads in bf16
+// and 1.03x in f32. Only where the ranges are even, or long enough that
+// one product more is little.
+bool SplitsBatch(int64_t batch, int threads) {
+  return threads > 1 && batch >= threads && (batch % threads == 0 || batch >= 4 * threads);
+}
+
 // Row-major f32 C = alpha * op(A) op(B) + beta * C through oneDNN's GEMM
 // driver (as BLAS: with beta == 0, C is not read); GemmThreads() threads.
 absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -406,7 +417,27 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   }
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};
-  return RunMatmul(key, a, b, c);
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (!SplitsBatch(batch, threads)) return RunMatmul(key, a, b, c);
+  // Each thread runs a one-thread primitive over its own range of products.
+  std::vector<absl::Status> status(threads);
+  const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t first = batch * t / nt, last = batch * (t + 1) / nt;
+    // This implicit task's setting only: the caller's is unchanged after.
+    omp_set_num_threads(1);
+    MatmulKey part = key;
+    part.batch = last - first;
+    if (last > first) {
+      status[t] = RunMatmul(part, static_cast<const char*>(a) + first * stride_a * ab_size,
+                            static_cast<const char*>(b) + first * stride_b * ab_size,
+                            static_cast<char*>(c) + first * stride_c * c_size);
+    }
+  }
+  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
 }
 
 void SetGemmThreads(int threads) {

@@ -210,6 +210,32 @@ TEST(GemmTest, BatchedMatchesPerProductReference) {
   }
 }
 
+// Batches for oneDNN's matmul at 2 and 3 threads go to the threads as
+// ranges of whole products where the ranges are even or long (batches of 2,
+// 3, 4, 9 and 16; 7 at 3 threads is neither and stays one primitive): every
+// product, in every range, with padding, gaps, alpha and beta, f32 and bf16
+// C; and a following single product still runs (on the caller's threads).
+TEST(GemmTest, BatchesOverThreadsMatchReference) {
+  const int before = GemmThreads();
+  for (int threads : {2, 3}) {
+    SetGemmThreads(threads);
+    for (DType c : {DType::kF32, DType::kBF16}) {
+      for (bool tb : {false, true}) {
+        for (int64_t batch : {2, 3, 4, 7, 9, 16}) {
+          const DType ab = c == DType::kBF16 ? DType::kBF16 : DType::kF32;
+          ExpectMatchesReference({.ab = ab, .c = c, .tb = tb, .batch = batch, .m = 13, .n = 20,
+                                  .k = 11, .pad_a = 1, .pad_b = 3, .pad_c = 2, .gap_a = 5,
+                                  .gap_b = 2, .gap_c = 7, .alpha = 1.5f, .beta = 0.25f,
+                                  .seed = 90},
+                                 c == DType::kBF16 ? kBF16OutTol : kF32Tol);
+        }
+      }
+    }
+    ExpectMatchesReference({.m = 70, .n = 90, .k = 50, .seed = 91}, kF32Tol);
+  }
+  SetGemmThreads(before);
+}
+
 // The bias row is added to every row of C, for f32, bf16 and f16 and an
 // empty reduction; padding columns of C are not written.
 TEST(GemmTest, BiasIsAddedToEveryRow) {
