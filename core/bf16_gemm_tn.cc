@@ -7,12 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/cpu_features.h"
 #include "core/gemm.h"
 
 namespace tpx {
 namespace {
 
-#define TPX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define TPX_BF16_TARGET TPX_AVX512BF16_TARGET
 
 // Operands are packed as pairs of consecutive k values in one 32-bit word
 // (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
@@ -353,14 +354,7 @@ Product Part(const Product& pr, int t, int nt) {
 
 }  // namespace
 
-bool Bf16GemmTNApplies() {
-  static const bool supported = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return supported;
-}
+bool Bf16GemmTNApplies() { return CpuHasAvx512Bf16(); }
 
 absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
                         const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,

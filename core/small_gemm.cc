@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/cpu_features.h"
 #include "core/gemm.h"
 
 namespace tpx {
@@ -19,9 +20,8 @@ constexpr int RowsPerBlock(int nv) { return nv == 1 ? 14 : nv == 2 ? 12 : nv == 
 // C[MR rows, 16 * NV] = op(A)[MR rows, k] B[k, 16 * NV]. op(A)'s element
 // (r, p) is a[r * ars + p * aps].
 template <int NV, int MR>
-__attribute__((target("avx512f"))) inline void Block(int64_t k, const float* a, int64_t ars,
-                                                     int64_t aps, const float* b, int64_t ldb,
-                                                     float* c, int64_t ldc) {
+TPX_AVX512F_TARGET inline void Block(int64_t k, const float* a, int64_t ars, int64_t aps,
+                                     const float* b, int64_t ldb, float* c, int64_t ldc) {
   __m512 acc[MR][NV];
   for (int r = 0; r < MR; ++r) {
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -43,9 +43,8 @@ __attribute__((target("avx512f"))) inline void Block(int64_t k, const float* a, 
 
 // The rows [first, last) of one product, full blocks then the remainder.
 template <int NV, int R = RowsPerBlock(NV)>
-__attribute__((target("avx512f"))) void Rows(int64_t rows, int64_t k, const float* a, int64_t ars,
-                                             int64_t aps, const float* b, int64_t ldb, float* c,
-                                             int64_t ldc) {
+TPX_AVX512F_TARGET void Rows(int64_t rows, int64_t k, const float* a, int64_t ars, int64_t aps,
+                             const float* b, int64_t ldb, float* c, int64_t ldc) {
   constexpr int kMr = RowsPerBlock(NV);
   if constexpr (R == kMr) {
     int64_t r = 0;
@@ -75,11 +74,7 @@ RowsFn RowsFor(int64_t n) {
 }  // namespace
 
 bool SmallGemmF32Applies(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  static const bool avx512 = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return avx512 && !trans_b && m > 0 && k > 0 && n % 16 == 0 && n >= 16 && n <= 64 &&
+  return CpuHasAvx512F() && !trans_b && m > 0 && k > 0 && n % 16 == 0 && n >= 16 && n <= 64 &&
          k * n * static_cast<int64_t>(sizeof(float)) <= kMaxBBytes;
 }
 

@@ -55,6 +55,7 @@
 #include "core/cpu/transpose16x16.h"
 #include "core/cpu/vec_math.h"
 #include "core/cpu/vec_math_avx512.h"
+#include "core/cpu_features.h"
 
 namespace tpx::cpu {
 namespace {
@@ -153,8 +154,8 @@ constexpr int Avx512RowsFor(int64_t nv) { return nv == 1 ? 14 : nv == 2 ? 12 : n
 // then waits for the store to retire: the softmax rows read the scores back
 // whole vectors at a time right after, so a full mask stores whole vectors.
 template <int MR, int NV>
-__attribute__((target("avx512f"))) inline void StoreTile(const __m512 (&acc)[MR][NV], float* c,
-                                                         int64_t ldc, __mmask16 last) {
+TPX_AVX512F_TARGET inline void StoreTile(const __m512 (&acc)[MR][NV], float* c, int64_t ldc,
+                                         __mmask16 last) {
   const bool whole = last == 0xffff;
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -192,10 +193,9 @@ TPX_PAIR_TARGET inline void StoreTile(const __m512 (&acc)[MR][NV], BF16* c, int6
 // 1, 2 and 3 rows: one pointer and one offset per row made GCC spill the
 // offsets of a 12-row tile to the stack.
 template <int MR, int NV, bool kWhole>
-__attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float* a, int64_t ars,
-                                                          int64_t aps, const float* b,
-                                                          int64_t ldb, float* c, int64_t ldc,
-                                                          __mmask16 last) {
+TPX_AVX512F_TARGET inline void Avx512Tile(int64_t k, const float* a, int64_t ars, int64_t aps,
+                                          const float* b, int64_t ldb, float* c, int64_t ldc,
+                                          __mmask16 last) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -228,10 +228,9 @@ __attribute__((target("avx512f"))) inline void Avx512Tile(int64_t k, const float
 
 // Picks the tile for `rows` (1 .. R) rows at compile time.
 template <int NV, int R, bool kWhole>
-__attribute__((target("avx512f"))) void Avx512Rows(int64_t rows, int64_t k, const float* a,
-                                                   int64_t ars, int64_t aps, const float* b,
-                                                   int64_t ldb, float* c, int64_t ldc,
-                                                   __mmask16 last) {
+TPX_AVX512F_TARGET void Avx512Rows(int64_t rows, int64_t k, const float* a, int64_t ars,
+                                   int64_t aps, const float* b, int64_t ldb, float* c, int64_t ldc,
+                                   __mmask16 last) {
   if constexpr (R >= 1) {
     if (rows == R) {
       Avx512Tile<R, NV, kWhole>(k, a, ars, aps, b, ldb, c, ldc, last);
@@ -242,10 +241,9 @@ __attribute__((target("avx512f"))) void Avx512Rows(int64_t rows, int64_t k, cons
 }
 
 template <int NV>
-__attribute__((target("avx512f"))) void Avx512RowsOf(int64_t rows, int64_t k, const float* a,
-                                                     int64_t ars, int64_t aps, const float* b,
-                                                     int64_t ldb, float* c, int64_t ldc,
-                                                     __mmask16 last) {
+TPX_AVX512F_TARGET void Avx512RowsOf(int64_t rows, int64_t k, const float* a, int64_t ars,
+                                     int64_t aps, const float* b, int64_t ldb, float* c,
+                                     int64_t ldc, __mmask16 last) {
   if (last == 0xffff) {
     Avx512Rows<NV, Avx512RowsFor(NV), true>(rows, k, a, ars, aps, b, ldb, c, ldc, last);
   } else {
@@ -253,10 +251,9 @@ __attribute__((target("avx512f"))) void Avx512RowsOf(int64_t rows, int64_t k, co
   }
 }
 
-__attribute__((target("avx512f"))) void Avx512TileAny(int64_t rows, int64_t w, int64_t k,
-                                                      const float* a, int64_t ars, int64_t aps,
-                                                      const float* b, int64_t ldb, float* c,
-                                                      int64_t ldc) {
+TPX_AVX512F_TARGET void Avx512TileAny(int64_t rows, int64_t w, int64_t k, const float* a,
+                                      int64_t ars, int64_t aps, const float* b, int64_t ldb,
+                                      float* c, int64_t ldc) {
   const int64_t nv = (w + kLanes - 1) / kLanes;
   const __mmask16 last = FirstLanes(w - (nv - 1) * kLanes);
   switch (nv) {
@@ -272,8 +269,8 @@ int Avx512RowsPerTile(int64_t nv) { return Avx512RowsFor(nv); }
 // TransposeFn in 16 x 16 blocks: a block's 16 row loads go out together
 // (the scalar loop had a few rows' loads in flight behind its scattered
 // stores), and the rows past t load as zeros, which are the padding.
-__attribute__((target("avx512f"))) void Avx512Transpose(const void* xv, int64_t ldx, int64_t t,
-                                                        int64_t d, int64_t tp, void* xtv) {
+TPX_AVX512F_TARGET void Avx512Transpose(const void* xv, int64_t ldx, int64_t t, int64_t d,
+                                        int64_t tp, void* xtv) {
   const float* x = static_cast<const float*>(xv);
   float* xt = static_cast<float*>(xtv);
   for (int64_t i0 = 0; i0 < tp; i0 += kLanes) {
@@ -444,13 +441,10 @@ void PortableTranspose(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t
 // portable tile for everything).
 const Isa& ActiveIsa() {
   static const Isa isa = [] {
-    __builtin_cpu_init();
     const char* env = std::getenv("TPX_ATTENTION_ISA");
     const std::string_view forced = env != nullptr ? env : "";
-    if (forced != "baseline" && __builtin_cpu_supports("avx512f")) {
-      if (forced != "avx512" && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-          __builtin_cpu_supports("avx512bf16")) {
+    if (forced != "baseline" && CpuHasAvx512F()) {
+      if (forced != "avx512" && CpuHasAvx512Bf16()) {
         return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512ExpRow,
                    &Avx512Bf16TileAny<float>, &Avx512Bf16TileAny<BF16>};
       }

@@ -11,13 +11,6 @@ namespace {
 #if defined(TPX_HAVE_AVX512BF16_PATH)
 #define TPX_BF16_TARGET TPX_AVX512BF16_TARGET
 
-bool CpuHasAvx512Bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-}
-
 // Up to 16 elements under a mask.
 TPX_BF16_TARGET inline void ConvertMasked16(const float* in, BF16* out, int n) {
   const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
@@ -49,8 +42,7 @@ TPX_VECTOR_CLONES void Portable(const float* __restrict in, BF16* __restrict out
 
 bool Avx512Bf16(const float* in, BF16* out, int64_t n) {
 #if defined(TPX_HAVE_AVX512BF16_PATH)
-  static const bool supported = CpuHasAvx512Bf16();
-  if (!supported) return false;
+  if (!CpuHasAvx512Bf16()) return false;
   ConvertAvx512Bf16(in, out, n);
   return true;
 #else
@@ -71,7 +63,7 @@ struct Choice {
 
 Choice Choose() {
 #if defined(TPX_HAVE_AVX512BF16_PATH)
-  if (bf16_convert_internal::CpuHasAvx512Bf16()) {
+  if (CpuHasAvx512Bf16()) {
     return {bf16_convert_internal::ConvertAvx512Bf16, "avx512bf16"};
   }
 #endif

@@ -17,14 +17,12 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define TPX_HAVE_AVX512BF16_PATH 1
-// Functions using the AVX512-BF16 rounding below (callers check the CPU).
-#define TPX_AVX512BF16_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
 #endif
 
 namespace tpx::cpu {

@@ -1,4 +1,6 @@
 // CPU DeviceKernels: device and memory entry points, copies, fill, GEMM.
+#include "core/cpu/cpu_kernels.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,30 +11,20 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/transpose16x16.h"
+#include "core/cpu_features.h"
 #include "core/gemm.h"
 
 namespace tpx::cpu {
 namespace {
 
-bool HasAvx512F() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return has;
-}
-
 // Rows [i0, i1) of a transposing plane of 32-bit elements, d[i * drs + j] =
 // x[i + j * scs] for j < cols, in 16 x 16 blocks transposed in registers:
 // 16 contiguous loads of x, 16 contiguous stores of d (the scalar tile
 // loop gathered one element at a time). Edges go element by element.
-__attribute__((target("avx512f"))) void TransposePlaneRows32(uint32_t* d, const uint32_t* x,
-                                                             int64_t i0, int64_t i1,
-                                                             int64_t cols, int64_t drs,
-                                                             int64_t scs) {
+TPX_AVX512F_TARGET void TransposePlaneRows32(uint32_t* d, const uint32_t* x, int64_t i0, int64_t i1,
+                                             int64_t cols, int64_t drs, int64_t scs) {
   const int64_t i_whole = i0 + (i1 - i0) / 16 * 16, j_whole = cols / 16 * 16;
   for (int64_t i = i0; i < i_whole; i += 16) {
     for (int64_t j = 0; j < j_whole; j += 16) {
@@ -81,7 +73,7 @@ bool CopyTransposedTiles(const Tensor& dst, const Tensor& src) {
       constexpr int64_t kTile = 32;
       auto plane_rows = [&](D* d, const S* x, int64_t i0, int64_t i1) {
         if constexpr (std::is_same_v<D, S> && sizeof(D) == 4) {
-          if (HasAvx512F()) {
+          if (CpuHasAvx512F()) {
             TransposePlaneRows32(reinterpret_cast<uint32_t*>(d),
                                  reinterpret_cast<const uint32_t*>(x), i0, i1, cols,
                                  dst_row_stride, src_col_stride);

@@ -8,6 +8,8 @@
 
 #include <immintrin.h>
 
+#include "core/cpu_features.h"
+
 namespace tpx::cpu {
 
 // GCC 12's unmasked shuffle intrinsics pass an undefined vector as the
@@ -17,7 +19,7 @@ namespace tpx::cpu {
 
 // r[0..16) = the columns of the 16 x 16 block whose rows are r[0..16):
 // 32-bit pairs, then 64-bit pairs within each 128-bit lane, then lanes.
-__attribute__((target("avx512f"))) inline void Transpose16x16(__m512 (&r)[16]) {
+TPX_AVX512F_TARGET inline void Transpose16x16(__m512 (&r)[16]) {
   __m512 t[16];
 #pragma GCC unroll 8
   for (int k = 0; k < 16; k += 2) {

@@ -14,9 +14,9 @@
 #include <immintrin.h>
 
 #include "core/cpu/vec_math.h"
+#include "core/cpu_features.h"
 
 #define TPX_HAVE_AVX512_EXP 1
-#define TPX_AVX512F_TARGET __attribute__((target("avx512f")))
 
 namespace tpx::cpu {
 
