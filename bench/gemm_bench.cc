@@ -100,7 +100,10 @@ struct Case {
 };
 
 // GEMMs of the default GPT example (tokens 2048 = batch 16 x seq 128,
-// d_model 128, d_ff 512, 4 heads of 32, vocabulary 256) and of
+// d_model 128, d_ff 512, 4 heads of 32, vocabulary 256: every linear
+// layer's forward, input gradient and weight gradient, and attention's
+// per-head products, which the example's fused attention does not call
+// through Matmul) and of
 // bench:tp_mlp (tokens 2048, hidden 1024, ffn 4096, per rank at TP=2).
 const std::vector<Case>& Cases() {
   static const auto* cases = new std::vector<Case>{
@@ -116,10 +119,18 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_qkv_fwd", 1, 2048, 128, 384, false, true},
       {"gpt", "gpt_qkv_dgrad", 1, 2048, 384, 128, false, false},
       {"gpt", "gpt_qkv_wgrad", 1, 384, 2048, 128, true, false},
+      {"gpt", "gpt_proj_fwd", 1, 2048, 128, 128, false, true},
+      {"gpt", "gpt_proj_dgrad", 1, 2048, 128, 128, false, false},
+      {"gpt", "gpt_proj_wgrad", 1, 128, 2048, 128, true, false},
       {"gpt", "gpt_fc1_fwd", 1, 2048, 128, 512, false, true},
+      {"gpt", "gpt_fc1_dgrad", 1, 2048, 512, 128, false, false},
+      {"gpt", "gpt_fc1_wgrad", 1, 512, 2048, 128, true, false},
       {"gpt", "gpt_fc2_fwd", 1, 2048, 512, 128, false, true},
+      {"gpt", "gpt_fc2_dgrad", 1, 2048, 128, 512, false, false},
       {"gpt", "gpt_fc2_wgrad", 1, 128, 2048, 512, true, false},
       {"gpt", "gpt_logits_fwd", 1, 2048, 128, 256, false, true},
+      {"gpt", "gpt_logits_dgrad", 1, 2048, 256, 128, false, false},
+      {"gpt", "gpt_logits_wgrad", 1, 256, 2048, 128, true, false},
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
       {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
