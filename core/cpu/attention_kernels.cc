@@ -568,6 +568,33 @@ TPX_VECTOR_CLONES void SoftmaxBackwardRow(const float* p, float* dp, int64_t n, 
   for (int64_t j = 0; j < n; ++j) dp[j] = scale * (p[j] * (dp[j] - dot));
 }
 
+// The pair form's rows of P and dS go straight to bf16 (the products read
+// nothing else of them): out[0..n) = x[0..n) * s rounded as ScaleRow then
+// FloatToBF16Array would (the same multiply, the same rounding), then
+// zeros up to end; n <= end.
+TPX_PAIR_TARGET void ScaleRowToBf16(const float* x, int64_t n, float s, int64_t end, BF16* out) {
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 lanes = FirstLanes(n - j);
+    StoreBF16Lanes(out + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, x + j), sv), lanes);
+  }
+  std::fill(out + n, out + end, BF16{});
+}
+
+// As SoftmaxBackwardRow over [0, n) then rounded to bf16 into out, then
+// zeros up to end; n <= end.
+TPX_PAIR_TARGET void SoftmaxBackwardRowToBf16(const float* p, const float* dp, int64_t n, float dot,
+                                              float scale, int64_t end, BF16* out) {
+  const __m512 dotv = _mm512_set1_ps(dot), sv = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < n; j += kLanes) {
+    const __mmask16 lanes = FirstLanes(n - j);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, p + j);
+    const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, dp + j), dotv);
+    StoreBF16Lanes(out + j, _mm512_mul_ps(sv, _mm512_mul_ps(v, g)), lanes);
+  }
+  std::fill(out + n, out + end, BF16{});
+}
+
 // The softmax statistics of a row kept for the backward: the maximum of
 // its scaled scores and the reciprocal of its sum of exponentials, from
 // which the backward recomputes P exactly as the forward computed it
@@ -588,9 +615,11 @@ int64_t ZeroEnd(int64_t i, int64_t c0, int64_t rows, int64_t tp) {
 // each row's softmax runs over whole vectors, the keys after the diagonal
 // masked, and the columns after it that the products read are zeroed
 // (ZeroEnd). Unless stats is null, row i's statistics go to stats[2i],
-// stats[2i + 1].
+// stats[2i + 1]. With `pairs` (the pair form), P goes rounded to bf16 into
+// pairs instead (chunk row r at pairs + r tp / 2), over the columns P v
+// reads, and s is left unscaled.
 void SoftmaxChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t t, float scale,
-                  float* stats) {
+                  float* stats, Pair* pairs = nullptr) {
   const int64_t tp = RoundUp(t, kLanes);
   // Each step for all the rows before the next: a row's sum is one chain of
   // dependent additions, and with nothing in between, the chains of
@@ -609,8 +638,13 @@ void SoftmaxChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t t,
     float* row = s + (i - c0) * tp;
     const int64_t n = RoundUp(i + 1, kLanes);
     const float inv = 1.0f / sum[i - c0];
-    ScaleRow(row, n, inv);
-    std::fill(row + n, row + std::max(n, ZeroEnd(i, c0, rows, tp)), 0.0f);
+    if (pairs != nullptr) {
+      ScaleRowToBf16(row, n, inv, std::min(tp, std::max(n, RoundUp(c0 + rows, 2))),
+                     reinterpret_cast<BF16*>(pairs + (i - c0) * tp / 2));
+    } else {
+      ScaleRow(row, n, inv);
+      std::fill(row + n, row + std::max(n, ZeroEnd(i, c0, rows, tp)), 0.0f);
+    }
     if (stats != nullptr) {
       stats[kStatsPerRow * i] = mx[i - c0];
       stats[kStatsPerRow * i + 1] = inv;
@@ -637,9 +671,12 @@ void RecomputeChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
 // rows) (ds: [rows, tp]; p: P's rows, [rows, tp], as RecomputeChunk left
 // them). dS is zero after the diagonal as far as the products read
-// (ZeroEnd); further columns are left as they are.
+// (ZeroEnd); further columns are left as they are. With `pairs` (the pair
+// form), dS goes rounded to bf16 into pairs instead (chunk row r at pairs
+// + r tp / 2), over the columns before the chunk's end (rounded up to a
+// pair), and ds is left as dP.
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
-                          float scale) {
+                          float scale, Pair* pairs = nullptr) {
   const int64_t tp = RoundUp(t, kLanes);
   // Whole vectors where the row has them: P is 0 after the diagonal.
   auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
@@ -649,8 +686,15 @@ void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const 
   for (int64_t i = c0; i < c0 + rows; ++i) {
     dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, len(i));
   }
+  const int64_t pairs_end = std::min(tp, RoundUp(c0 + rows, 2));
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
+    if (pairs != nullptr) {
+      SoftmaxBackwardRowToBf16(p + (i - c0) * tp, row, std::min(len(i), pairs_end), dot[i - c0],
+                               scale, pairs_end,
+                               reinterpret_cast<BF16*>(pairs + (i - c0) * tp / 2));
+      continue;
+    }
     SoftmaxBackwardRow(p + (i - c0) * tp, row, len(i), dot[i - c0], scale);
     std::fill(row + len(i), row + std::max(len(i), ZeroEnd(i, c0, rows, tp)), 0.0f);
   }
@@ -974,12 +1018,6 @@ void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* 
   }
 }
 
-// An f32 row (n even) rounded to bf16 pairs along it: consecutive bf16
-// values are the pairs already.
-void RowPairs(const float* x, int64_t n, Pair* out) {
-  FloatToBF16Array(x, reinterpret_cast<BF16*>(out), n);
-}
-
 // Head h of batch row bi's softmax statistics ([t, kStatsPerRow] of the
 // [b * heads, t, kStatsPerRow] tensor); null when none are kept.
 template <typename F>
@@ -1126,12 +1164,8 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* s
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
           ScoresChunk(isa, q, x.ld, kt, 2 * dw, c0, rows, t, s);
-          SoftmaxChunk(isa, s, c0, rows, t, scale, st);
           // P rounded to bf16 over the columns P v reads.
-          for (int64_t i = 0; i < rows; ++i) {
-            const int64_t n = std::max(RoundUp(c0 + i + 1, kLanes), RoundUp(c0 + rows, 2));
-            RowPairs(s + i * tp, std::min(n, tp), p + i * tp / 2);
-          }
+          SoftmaxChunk(isa, s, c0, rows, t, scale, st, p);
           RunProduct(isa, PairToBf16Product{.m = rows, .n = d, .k = tp, .a = p,
                                             .ars = tp / 2, .aps = 1, .b = vi, .ldb = d,
                                             .c = o + c0 * y.ld, .ldc = y.ld,
@@ -1184,20 +1218,20 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         BF16* dv = y.at(2, h);
         for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
           const int64_t rows = std::min(kRowChunk, t - c0);
-          // P as the forward computed it, then dP = dO v^T and dS.
+          // P as the forward computed it, then dP = dO v^T and dS (rounded
+          // into dsr).
           ScoresChunk(isa, x.at(0, h), x.ld, kt, 2 * dw, c0, rows, t, pc);
           RecomputeChunk(isa, pc, c0, rows, t, scale, st);
           RunProduct(isa, PairProduct{.m = rows, .n = tp, .k = 2 * dw, .a = go + c0 * g.ld,
                                       .ars = g.ld, .aps = 1, .b = vt, .ldb = tp,
                                       .c = ds, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
-          SoftmaxBackwardChunk(ds, c0, rows, t, pc, scale);
           // The chunk's rows are zero from column c0 + rows on: only the
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
           // row pairs.
+          SoftmaxBackwardChunk(ds, c0, rows, t, pc, scale, dsr);
           const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
-          for (int64_t i = 0; i < rows; ++i) RowPairs(ds + i * tp, n, dsr + i * tp / 2);
           // dS^T's pairs from the rows just rounded (bf16 rows tp apart).
           InterleaveBf16Rows(reinterpret_cast<const BF16*>(dsr), tp, rows, n,
                              dsi + c0 / 2 * tp, tp);
