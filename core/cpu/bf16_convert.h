@@ -36,15 +36,28 @@ std::string_view FloatToBF16ArrayIsa();
 #if defined(TPX_HAVE_AVX512BF16_PATH)
 // The lanes of v under `mask` rounded as FloatToBF16Array rounds, into
 // out[j] for those lanes (the others are not written): one vcvtneps2bf16,
-// or the scalar formula for a vector holding a subnormal, which that
-// instruction flushes to zero.
+// or the integer formula in vector form for a vector holding a subnormal,
+// which that instruction flushes to zero.
 TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 mask) {
   if (_mm512_mask_fpclass_ps_mask(mask, v, 0x20) != 0) {  // 0x20: subnormal
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, v);
-    for (int j = 0; j < 16; ++j) {
-      if ((mask >> j) & 1) out[j].bits = FloatToBF16(lanes[j]);
-    }
+    // FloatToBF16's integer formula on all lanes at once (rows of softmax
+    // probabilities hold subnormals often enough that a lane-by-lane loop
+    // here cost more than the rest of their rounding).
+    // The zero-masking forms with every lane: GCC 12 reports the plain
+    // ones' undefined pass-through vector as used uninitialized.
+    constexpr __mmask16 kAll = 0xffff;
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i high = _mm512_maskz_srli_epi32(kAll, u, 16);
+    const __m512i rounded =
+        _mm512_maskz_srli_epi32(kAll,
+                                _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                                 _mm512_and_si512(high, _mm512_set1_epi32(1))),
+                                16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    const __m512i bits =
+        _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+    _mm256_mask_storeu_epi16(out, mask, _mm512_maskz_cvtepi32_epi16(kAll, bits));
     return;
   }
   _mm256_mask_storeu_epi16(out, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));

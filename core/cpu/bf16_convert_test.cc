@@ -114,6 +114,44 @@ TEST(Bf16ConvertTest, Avx512Bf16MatchesScalar) {
   }
 }
 
+#if defined(TPX_HAVE_AVX512BF16_PATH)
+// The kernels' per-vector rounding: every lane of every 16-value piece of
+// the edge cases and the sweep (a subnormal among normals, NaNs, ties),
+// under a full mask and under masks that leave lanes unwritten.
+TPX_AVX512BF16_TARGET void StoreLanes(const float* in, BF16* out, __mmask16 mask) {
+  StoreBF16Lanes(out, _mm512_maskz_loadu_ps(mask, in), mask);
+}
+
+TEST(Bf16ConvertTest, StoreBF16LanesMatchesScalar) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  std::vector<uint32_t> bits = EdgeBits();
+  const std::vector<uint32_t> sweep = SweepBits();
+  bits.insert(bits.end(), sweep.begin(), sweep.end());
+  while (bits.size() % 16 != 0) bits.push_back(0x00000001u);
+  // NaNs and infinities in a vector with a subnormal (the integer path).
+  for (uint32_t x : {0x00018000u, 0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffffffffu, 0x7fbfffffu,
+                     0x7f80ffffu, 0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x3f808000u, 0x3f818000u,
+                     0x80000001u, 0x007fffffu, 0x00000000u, 0x80000000u}) {
+    bits.push_back(x);
+  }
+  std::vector<float> in(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) in[i] = FromBits(bits[i]);
+  for (const __mmask16 mask :
+       {__mmask16{0xffff}, __mmask16{0x00ff}, __mmask16{0x8001}, __mmask16{0x7ffe}}) {
+    for (size_t i0 = 0; i0 < in.size(); i0 += 16) {
+      BF16 out[16];
+      for (BF16& o : out) o.bits = 0xabcd;
+      StoreLanes(in.data() + i0, out, mask);
+      for (int j = 0; j < 16; ++j) {
+        const uint16_t want = (mask >> j) & 1 ? FloatToBF16(in[i0 + j]) : 0xabcd;
+        ASSERT_EQ(out[j].bits, want)
+            << std::hex << "input bits 0x" << bits[i0 + j] << " mask 0x" << mask;
+      }
+    }
+  }
+}
+#endif
+
 TEST(Bf16ConvertTest, DispatchedMatchesScalar) {
   const std::string_view isa = FloatToBF16ArrayIsa();
   EXPECT_TRUE(isa == "avx512bf16" || isa == "portable") << isa;
