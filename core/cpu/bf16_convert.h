@@ -42,7 +42,10 @@ TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 
   if (_mm512_mask_fpclass_ps_mask(mask, v, 0x20) != 0) {  // 0x20: subnormal
     // FloatToBF16's integer formula on all lanes at once (rows of softmax
     // probabilities hold subnormals often enough that a lane-by-lane loop
-    // here cost more than the rest of their rounding).
+    // here cost more than the rest of their rounding). Written out in
+    // intrinsics: a loop of FloatToBF16 over the 16 lanes vectorises in
+    // 256-bit halves, and the fused attention's rounding then took 4.4-4.8%
+    // of a bf16 GPT step's samples against 3.7% for this.
     // The zero-masking forms with every lane: GCC 12 reports the plain
     // ones' undefined pass-through vector as used uninitialized.
     constexpr __mmask16 kAll = 0xffff;
