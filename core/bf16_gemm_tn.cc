@@ -9,6 +9,7 @@
 #include "core/allocator.h"
 #include "core/cpu_features.h"
 #include "core/gemm.h"
+#include "core/lane_mask.h"
 
 namespace tpx {
 namespace {
@@ -41,10 +42,6 @@ constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
 // ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
 // uninitialized.
 constexpr __mmask16 kAll = 0xFFFF;
-
-__mmask16 FirstLanes(int64_t count) {
-  return count >= 16 ? kAll : static_cast<__mmask16>((1u << count) - 1);
-}
 
 TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
 

@@ -56,6 +56,7 @@
 #include "core/cpu/vec_math.h"
 #include "core/cpu/vec_math_avx512.h"
 #include "core/cpu_features.h"
+#include "core/lane_mask.h"
 
 namespace tpx::cpu {
 namespace {
@@ -78,14 +79,6 @@ constexpr int64_t kFarStride = 1024;
 constexpr int64_t kAheadRows = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// The first `count` of a vector's kLanes lanes: none for count <= 0, all
-// from kLanes on.
-__mmask16 FirstLanes(int64_t count) {
-  return count >= kLanes ? static_cast<__mmask16>(0xffff)
-         : count <= 0    ? static_cast<__mmask16>(0)
-                         : static_cast<__mmask16>((1u << count) - 1u);
-}
 
 // Asks for the cache line holding p, to read it or to write it (prefetchw
 // is not in the baseline ISA; on one socket, a line read exclusively is
