@@ -241,6 +241,64 @@ bool SplitsBatch(int64_t batch, int threads) {
   return threads > 1 && batch >= threads && (batch % threads == 0 || batch >= 4 * threads);
 }
 
+// Whether one product for oneDNN's matmul goes to the threads as ranges of
+// C's rows (a one-thread primitive each) rather than as one primitive on
+// all of them. On two threads of the benchmark host oneDNN's own split of
+// the GPT example's products often ran at 0.77-0.84 of the FMA peak in f32
+// and 0.85-0.90 in bf16 where the row ranges ran at 0.93-0.97 and
+// 0.98-1.01 (bench:gemm, 12 alternating rounds: slower in 10 of them, even
+// in the others); its example at TP=1 on two threads went from 50-59k to
+// 52-62k tokens/s in f32. From 2^28 multiply-adds on (bench:gemm's mlp and
+// square cases in bf16) oneDNN's split was as fast or up to 6% faster when
+// it was not slow, and keeps those. At least 64 rows a thread.
+bool SplitsRows(int64_t m, int64_t n, int64_t k, int threads) {
+  constexpr int64_t kMaxRowSplitMacs = int64_t{1} << 28;
+  return threads > 1 && m >= 64 * threads && m * n * k < kMaxRowSplitMacs;
+}
+
+// One thread's share of a product or batch: its key and operands.
+struct MatmulPart {
+  MatmulKey key;
+  const void* a;
+  const void* b;
+  void* c;
+};
+
+// Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
+// primitive on its own thread; a part with no rows or products is skipped.
+template <typename PartFn>
+absl::Status RunMatmulParts(int threads, const void* bias, PartFn part) {
+  std::vector<absl::Status> status(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // This implicit task's setting only: the caller's is unchanged after.
+    omp_set_num_threads(1);
+    const MatmulPart p = part(t, nt);
+    if (p.key.m > 0 && p.key.batch > 0) status[t] = RunMatmul(p.key, p.a, p.b, p.c, bias);
+  }
+  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+// One 2-D product through oneDNN's matmul, as row ranges where SplitsRows.
+absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b, void* c,
+                              const void* bias = nullptr) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (!SplitsRows(key.m, key.n, key.k, threads)) return RunMatmul(key, a, b, c, bias);
+  const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
+  return RunMatmulParts(threads, bias, [&](int t, int nt) {
+    // Whole 16-row blocks (the kernels' register blocks) per thread.
+    const int64_t blocks = (key.m + 15) / 16;
+    const int64_t r0 = std::min(key.m, blocks * t / nt * 16);
+    const int64_t r1 = std::min(key.m, blocks * (t + 1) / nt * 16);
+    MatmulPart p{key, static_cast<const char*>(a) + (key.trans_a ? r0 : r0 * key.lda) * ab_size, b,
+                 static_cast<char*>(c) + r0 * key.ldc * c_size};
+    p.key.m = r1 - r0;
+    return p;
+  });
+}
+
 // Row-major f32 C = alpha * op(A) op(B) + beta * C through oneDNN's GEMM
 // driver (as BLAS: with beta == 0, C is not read); GemmThreads() threads.
 absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -349,7 +407,7 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
       break;
   }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, c_dtype, alpha, beta};
-  return RunMatmul(key, a, b, c);
+  return RunMatmulProduct(key, a, b, c);
 }
 
 absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -370,7 +428,7 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   ApplyThreads();
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
   key.bias = true;
-  return RunMatmul(key, a, b, c, bias);
+  return RunMatmulProduct(key, a, b, c, bias);
 }
 
 absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, int64_t n,
@@ -420,24 +478,15 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   if (!SplitsBatch(batch, threads)) return RunMatmul(key, a, b, c);
   // Each thread runs a one-thread primitive over its own range of products.
-  std::vector<absl::Status> status(threads);
   const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+  return RunMatmulParts(threads, nullptr, [&](int t, int nt) {
     const int64_t first = batch * t / nt, last = batch * (t + 1) / nt;
-    // This implicit task's setting only: the caller's is unchanged after.
-    omp_set_num_threads(1);
-    MatmulKey part = key;
-    part.batch = last - first;
-    if (last > first) {
-      status[t] = RunMatmul(part, static_cast<const char*>(a) + first * stride_a * ab_size,
-                            static_cast<const char*>(b) + first * stride_b * ab_size,
-                            static_cast<char*>(c) + first * stride_c * c_size);
-    }
-  }
-  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+    MatmulPart p{key, static_cast<const char*>(a) + first * stride_a * ab_size,
+                 static_cast<const char*>(b) + first * stride_b * ab_size,
+                 static_cast<char*>(c) + first * stride_c * c_size};
+    p.key.batch = last - first;
+    return p;
+  });
 }
 
 void SetGemmThreads(int threads) {

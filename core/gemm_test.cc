@@ -1,5 +1,7 @@
 #include "core/gemm.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -232,6 +234,55 @@ TEST(GemmTest, BatchesOverThreadsMatchReference) {
       }
     }
     ExpectMatchesReference({.m = 70, .n = 90, .k = 50, .seed = 91}, kF32Tol);
+  }
+  SetGemmThreads(before);
+}
+
+// Single products split into row ranges over the threads (one one-thread
+// primitive each): row counts that are not a multiple of the 16-row ranges,
+// both layouts of B, A stored transposed (bf16 with a C too large for
+// tpx's own kernel), padding, alpha and beta, a fused bias; 128 rows at 3
+// threads stays one primitive. The caller's thread setting is unchanged.
+TEST(GemmTest, RowRangesOverThreadsMatchReference) {
+  const int before = GemmThreads();
+  for (int threads : {2, 3}) {
+    SetGemmThreads(threads);
+    for (DType c : {DType::kF32, DType::kBF16}) {
+      const DType ab = c == DType::kBF16 ? DType::kBF16 : DType::kF32;
+      const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+      for (bool tb : {false, true}) {
+        for (int64_t m : {128, 200, 1000}) {
+          ExpectMatchesReference({.ab = ab, .c = c, .tb = tb, .m = m, .n = 40, .k = 24,
+                                  .pad_a = 3, .pad_b = 1, .pad_c = 5, .alpha = 1.5f,
+                                  .beta = 0.25f, .seed = 95},
+                                 tol);
+        }
+      }
+      if (ab == DType::kBF16) {
+        ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = 1040, .n = 1030, .k = 8,
+                                .pad_a = 2, .pad_c = 1, .seed = 96},
+                               tol);
+      }
+      // GemmBias: each range adds the bias to its own rows.
+      const int64_t m = 300, n = 24, k = 16;
+      std::vector<float> a = Random(m * k, 97), w = Random(n * k, 98), bias = Random(n, 99);
+      for (float& v : a) v = RoundTo(ab, v);
+      for (float& v : w) v = RoundTo(ab, v);
+      for (float& v : bias) v = RoundTo(ab, v);
+      std::vector<char> ea = Encode(ab, a), ew = Encode(ab, w), eb = Encode(ab, bias);
+      std::vector<char> ec = Encode(ab, std::vector<float>(m * n, 0.0f));
+      ASSERT_TRUE(
+          GemmBias(false, true, m, n, k, ab, ea.data(), k, ew.data(), k, eb.data(), ec.data(), n)
+              .ok());
+      const std::vector<double> ref = Reference(false, true, m, n, k, a, k, w, k);
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double want = ref[i] + bias[i % n];
+        ASSERT_NEAR(Decode(ab, ec, i), want, tol * (1 + std::fabs(want)))
+            << threads << " threads, " << DTypeName(ab) << " bias at " << i;
+      }
+    }
+    // The calling thread's OpenMP setting is still the GEMM thread count.
+    EXPECT_EQ(omp_get_max_threads(), threads);
   }
   SetGemmThreads(before);
 }
