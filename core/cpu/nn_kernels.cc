@@ -250,9 +250,10 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T*
 // GeluGrad16: the scalar rows' bits), where the CPU has AVX-512 BF16: the
 // compiler's vectorisation of the scalar rows ran two vectors an iteration
 // with their constants spilled to the stack, at about twice the time per
-// element. bf16 is widened on loading and rounded by StoreBF16Lanes, as
-// StoreRow's FloatToBF16Array rounds.
-// Loads and stores 16 values of a row as f32: whole vectors unmasked
+// element. bf16 is widened on loading and rounded on storing to
+// FloatToBF16Array's bits (StoreLanes16).
+
+// Loads 16 values of a row as f32 (and stores f32): whole vectors unmasked
 // (masked loads and stores are slower on the AMD cores measured), the row's
 // last partial vector under its mask.
 template <typename T>
@@ -282,10 +283,6 @@ struct Lanes16<BF16> {
   }
   TPX_AVX512BF16_TARGET static __m512 Load(const BF16* p, __mmask16 m) {
     return Widen(_mm256_maskz_loadu_epi16(m, p));
-  }
-  TPX_AVX512BF16_TARGET static void Store(BF16* p, __m512 v) { StoreBF16Lanes(p, v, kAll); }
-  TPX_AVX512BF16_TARGET static void Store(BF16* p, __m512 v, __mmask16 m) {
-    StoreBF16Lanes(p, v, m);
   }
 };
 
