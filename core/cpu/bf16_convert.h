@@ -65,6 +65,18 @@ TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 
   }
   _mm256_mask_storeu_epi16(out, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
+
+// 32 values, lo then hi, rounded as FloatToBF16Array rounds into out[0..32):
+// one vcvtne2ps2bf16 and one 64-byte store, or StoreBF16Lanes for each half
+// when either holds a subnormal.
+TPX_AVX512BF16_TARGET inline void StoreBF16Pair(BF16* out, __m512 lo, __m512 hi) {
+  if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
+    StoreBF16Lanes(out, lo, 0xffff);
+    StoreBF16Lanes(out + 16, hi, 0xffff);
+    return;
+  }
+  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
 #endif
 
 namespace bf16_convert_internal {

@@ -296,22 +296,16 @@ TPX_AVX512BF16_TARGET inline void ForLanes16(int64_t h, Step&& step) {
 }
 
 // Writes out[j] = value(j, mask...) for the row's 16-lane steps (value as
-// ForLanes16's step): f32 straight; bf16 two vectors at a time, rounded by
-// one vcvtne2ps2bf16 into one 64-byte store (StoreBF16Lanes for a pair
-// holding a subnormal, which that instruction flushes, and for the row's
-// last odd or partial vector), the bits FloatToBF16Array gives.
+// ForLanes16's step): f32 straight; bf16 two vectors at a time
+// (StoreBF16Pair), the row's last odd or partial vector by StoreBF16Lanes:
+// the bits FloatToBF16Array gives.
 template <typename T, typename Value>
 TPX_AVX512BF16_TARGET inline void StoreLanes16(T* out, int64_t h, Value&& value) {
   if constexpr (std::is_same_v<T, BF16>) {
     int64_t j = 0;
     for (; j + 32 <= h; j += 32) {
-      const __m512 lo = value(j), hi = value(j + 16);
-      if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
-        StoreBF16Lanes(out + j, lo, 0xffff);
-        StoreBF16Lanes(out + j + 16, hi, 0xffff);
-        continue;
-      }
-      _mm512_storeu_si512(out + j, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      const __m512 lo = value(j);
+      StoreBF16Pair(out + j, lo, value(j + 16));
     }
     for (; j < h; j += 16) {
       const __mmask16 m = FirstLanes(h - j);
