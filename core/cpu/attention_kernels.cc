@@ -574,20 +574,6 @@ TPX_PAIR_TARGET void ScaleRowToBf16(const float* x, int64_t n, float s, int64_t 
   std::fill(out + n, out + end, BF16{});
 }
 
-// As SoftmaxBackwardRow over [0, n) then rounded to bf16 into out, then
-// zeros up to end; n <= end.
-TPX_PAIR_TARGET void SoftmaxBackwardRowToBf16(const float* p, const float* dp, int64_t n, float dot,
-                                              float scale, int64_t end, BF16* out) {
-  const __m512 dotv = _mm512_set1_ps(dot), sv = _mm512_set1_ps(scale);
-  for (int64_t j = 0; j < n; j += kLanes) {
-    const __mmask16 lanes = FirstLanes(n - j);
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, p + j);
-    const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(lanes, dp + j), dotv);
-    StoreBF16Lanes(out + j, _mm512_mul_ps(sv, _mm512_mul_ps(v, g)), lanes);
-  }
-  std::fill(out + n, out + end, BF16{});
-}
-
 // The softmax statistics of a row kept for the backward: the maximum of
 // its scaled scores and the reciprocal of its sum of exponentials, from
 // which the backward recomputes P exactly as the forward computed it
@@ -595,6 +581,10 @@ TPX_PAIR_TARGET void SoftmaxBackwardRowToBf16(const float* p, const float* dp, i
 // went to memory and came back.
 constexpr int64_t kStatsPerRow = kAttentionStatsPerRow;
 static_assert(kStatsPerRow == 2);
+
+// The columns of row i of dS (and P) that the backward computes: whole
+// vectors where the row has them (P is 0 after the diagonal).
+int64_t CausalLen(int64_t i, int64_t t) { return std::min(RoundUp(i + 1, kLanes), t); }
 
 // The columns of P row i (P's rows [c0, c0 + rows) in a [rows, tp] block)
 // that the products read: whole vectors to past the diagonal, and for the
@@ -664,32 +654,75 @@ void RecomputeChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t 
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
 // rows) (ds: [rows, tp]; p: P's rows, [rows, tp], as RecomputeChunk left
 // them). dS is zero after the diagonal as far as the products read
-// (ZeroEnd); further columns are left as they are. With `pairs` (the pair
-// form), dS goes rounded to bf16 into pairs instead (chunk row r at pairs
-// + r tp / 2), over the columns before the chunk's end (rounded up to a
-// pair), and ds is left as dP.
+// (ZeroEnd); further columns are left as they are.
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
-                          float scale, Pair* pairs = nullptr) {
+                          float scale) {
   const int64_t tp = RoundUp(t, kLanes);
-  // Whole vectors where the row has them: P is 0 after the diagonal.
-  auto len = [&](int64_t i) { return std::min(RoundUp(i + 1, kLanes), t); };
   // Every row's sum first: each is one chain of dependent additions, and
   // with nothing in between, the chains of consecutive rows overlap.
   float dot[kRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
-    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, len(i));
+    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, CausalLen(i, t));
   }
-  const int64_t pairs_end = std::min(tp, RoundUp(c0 + rows, 2));
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
-    if (pairs != nullptr) {
-      SoftmaxBackwardRowToBf16(p + (i - c0) * tp, row, std::min(len(i), pairs_end), dot[i - c0],
-                               scale, pairs_end,
-                               reinterpret_cast<BF16*>(pairs + (i - c0) * tp / 2));
-      continue;
+    const int64_t len = CausalLen(i, t);
+    SoftmaxBackwardRow(p + (i - c0) * tp, row, len, dot[i - c0], scale);
+    std::fill(row + len, row + std::max(len, ZeroEnd(i, c0, rows, tp)), 0.0f);
+  }
+}
+
+// The pair form of SoftmaxBackwardChunk: dS, rounded to bf16, into dsr
+// (chunk row r at dsr + r tp / 2: pairs along its row, for dq = dS k) and
+// into dsi (chunk rows 2s and 2s + 1 as pairs across them at dsi + s tp,
+// for dk = dS^T q), and P's rows rounded likewise into pi (for dv = P^T
+// dO); all over the columns before the chunk's end rounded up to a pair,
+// dS zero after the diagonal. One pass over two rows at a time: their
+// rounded halves are pairs across them after one permute. ds is left as
+// dP. Same bits as SoftmaxBackwardRow then FloatToBF16Array.
+TPX_PAIR_TARGET void SoftmaxBackwardChunkPairs(const float* ds, int64_t c0, int64_t rows, int64_t t,
+                                               const float* p, float scale, Pair* dsr, Pair* dsi,
+                                               Pair* pi) {
+  const int64_t tp = RoundUp(t, kLanes);
+  float dot[kRowChunk];
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, CausalLen(i, t));
+  }
+  const int64_t end = std::min(tp, RoundUp(c0 + rows, 2));
+  // Pair k takes lane k of the first row's rounded half and of the second's.
+  alignas(64) static constexpr uint16_t kAcross[32] = {
+      0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i across = _mm512_load_si512(kAcross);
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < rows; r += 2) {
+    // A chunk of odd rows (the last, for an odd t) pairs its last row with zeros.
+    const bool second = r + 1 < rows;
+    const float* p0 = p + r * tp;
+    const float* d0 = ds + r * tp;
+    const int64_t n0 = std::min(CausalLen(c0 + r, t), end);
+    const int64_t n1 = second ? std::min(CausalLen(c0 + r + 1, t), end) : 0;
+    const __m512 dot0 = _mm512_set1_ps(dot[r]), dot1 = _mm512_set1_ps(second ? dot[r + 1] : 0);
+    BF16* along = reinterpret_cast<BF16*>(dsr + r * tp / 2);
+    Pair* ds_across = dsi + r / 2 * tp;
+    Pair* p_across = pi + r / 2 * tp;
+    for (int64_t j = 0; j < end; j += kLanes) {
+      const __mmask16 cols = FirstLanes(end - j), m0 = FirstLanes(n0 - j), m1 = FirstLanes(n1 - j);
+      const __m512 pv0 = _mm512_maskz_loadu_ps(cols, p0 + j);
+      const __m512 pv1 = second ? _mm512_maskz_loadu_ps(cols, p0 + tp + j) : _mm512_setzero_ps();
+      const __m512 g0 = _mm512_sub_ps(_mm512_maskz_loadu_ps(m0, d0 + j), dot0);
+      const __m512 g1 = _mm512_sub_ps(_mm512_maskz_loadu_ps(m1, d0 + tp + j), dot1);
+      const __m512i dsv = RoundBF16Pair(_mm512_maskz_mul_ps(m0, sv, _mm512_mul_ps(pv0, g0)),
+                                        _mm512_maskz_mul_ps(m1, sv, _mm512_mul_ps(pv1, g1)));
+      _mm256_mask_storeu_epi16(along + j, cols, _mm512_maskz_extracti64x4_epi64(0xf, dsv, 0));
+      if (second) {
+        _mm256_mask_storeu_epi16(along + tp + j, cols,
+                                 _mm512_maskz_extracti64x4_epi64(0xf, dsv, 1));
+      }
+      _mm512_mask_storeu_epi32(ds_across + j, cols, _mm512_permutexvar_epi16(across, dsv));
+      _mm512_mask_storeu_epi32(p_across + j, cols,
+                               _mm512_permutexvar_epi16(across, RoundBF16Pair(pv0, pv1)));
     }
-    SoftmaxBackwardRow(p + (i - c0) * tp, row, len(i), dot[i - c0], scale);
-    std::fill(row + len(i), row + std::max(len(i), ZeroEnd(i, c0, rows, tp)), 0.0f);
   }
 }
 
@@ -981,36 +1014,6 @@ TPX_PAIR_TARGET void InterleavePairRows(const Pair* x, int64_t ldx, int64_t rows
   }
 }
 
-// bf16 rows to pairs across rows: out[i][j] = (x[2i][j], x[2i + 1][j]) for
-// i < ceil(rows / 2), j < n; a missing last row is 0.
-TPX_PAIR_TARGET void InterleaveBf16Rows(const BF16* x, int64_t ldx, int64_t rows, int64_t n,
-                                        Pair* out, int64_t ldo) {
-  for (int64_t i = 0; 2 * i < rows; ++i) {
-    const BF16* lo = x + 2 * i * ldx;
-    const BF16* hi = 2 * i + 1 < rows ? lo + ldx : nullptr;
-    InterleaveHalves(reinterpret_cast<const uint16_t*>(lo),
-                     reinterpret_cast<const uint16_t*>(hi), n, out + i * ldo);
-  }
-}
-
-// f32 rows rounded to bf16 (FloatToBF16Array, one instruction per 32
-// values here), then to pairs across rows as InterleaveBf16Rows.
-void InterleaveRows(const float* x, int64_t ldx, int64_t rows, int64_t n, Pair* out,
-                    int64_t ldo) {
-  constexpr int64_t kBlock = 256;
-  BF16 rounded[2][kBlock];
-  for (int64_t i = 0; 2 * i < rows; ++i) {
-    const int64_t pair_rows = std::min<int64_t>(2, rows - 2 * i);
-    for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
-      const int64_t len = std::min(kBlock, n - j0);
-      for (int64_t r = 0; r < pair_rows; ++r) {
-        FloatToBF16Array(x + (2 * i + r) * ldx + j0, rounded[r], len);
-      }
-      InterleaveBf16Rows(rounded[0], kBlock, pair_rows, len, out + i * ldo + j0, ldo);
-    }
-  }
-}
-
 // Head h of batch row bi's softmax statistics ([t, kStatsPerRow] of the
 // [b * heads, t, kStatsPerRow] tensor); null when none are kept.
 template <typename F>
@@ -1169,9 +1172,9 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* s
   });
 }
 
-// The bf16 pair form of AttentionBackward. dS and P are rounded to bf16
+// The bf16 pair form of AttentionBackward. dS, rounded to bf16, is laid out
 // twice over: pairs along rows for dq = dS k, pairs across rows for the
-// transposed products dk = dS^T q and dv = P^T dO.
+// transposed product dk = dS^T q; P, for dv = P^T dO, only the latter way.
 void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
                             const float* stats, BF16* dqkv, float scale) {
   const Isa& isa = ActiveIsa();
@@ -1223,12 +1226,8 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
           // columns before it are rounded (the rest of dsi and pi is never
           // written, so stays zero). kRowChunk is even: a chunk holds whole
           // row pairs.
-          SoftmaxBackwardChunk(ds, c0, rows, t, pc, scale, dsr);
-          const int64_t n = std::min(tp, RoundUp(c0 + rows, 2));
-          // dS^T's pairs from the rows just rounded (bf16 rows tp apart).
-          InterleaveBf16Rows(reinterpret_cast<const BF16*>(dsr), tp, rows, n,
-                             dsi + c0 / 2 * tp, tp);
-          InterleaveRows(pc, tp, rows, c0 + rows, pi + c0 / 2 * tp, tp);
+          SoftmaxBackwardChunkPairs(ds, c0, rows, t, pc, scale, dsr, dsi + c0 / 2 * tp,
+                                    pi + c0 / 2 * tp);
           RunProduct(isa, PairToBf16Product{.m = rows, .n = d, .k = tp, .a = dsr,
                                             .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
                                             .c = dq + c0 * y.ld, .ldc = y.ld,

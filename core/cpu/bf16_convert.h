@@ -34,11 +34,11 @@ void FloatToBF16Array(const float* in, BF16* out, int64_t n);
 std::string_view FloatToBF16ArrayIsa();
 
 #if defined(TPX_HAVE_AVX512BF16_PATH)
-// The lanes of v under `mask` rounded as FloatToBF16Array rounds, into
-// out[j] for those lanes (the others are not written): one vcvtneps2bf16,
-// or the integer formula in vector form for a vector holding a subnormal,
-// which that instruction flushes to zero.
-TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 mask) {
+// The 16 lanes of v rounded as FloatToBF16Array rounds: one vcvtneps2bf16,
+// or the integer formula in vector form when a lane under `mask` holds a
+// subnormal, which that instruction flushes to zero (so a subnormal in a
+// lane outside the mask may come out as zero).
+TPX_AVX512BF16_TARGET inline __m256i RoundBF16Lanes(__m512 v, __mmask16 mask = 0xffff) {
   if (_mm512_mask_fpclass_ps_mask(mask, v, 0x20) != 0) {  // 0x20: subnormal
     // FloatToBF16's integer formula on all lanes at once (rows of softmax
     // probabilities hold subnormals often enough that a lane-by-lane loop
@@ -60,22 +60,34 @@ TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 
         _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
     const __m512i bits =
         _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
-    _mm256_mask_storeu_epi16(out, mask, _mm512_maskz_cvtepi32_epi16(kAll, bits));
-    return;
+    return _mm512_maskz_cvtepi32_epi16(kAll, bits);
   }
-  _mm256_mask_storeu_epi16(out, mask, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
 }
 
-// 32 values, lo then hi, rounded as FloatToBF16Array rounds into out[0..32):
-// one vcvtne2ps2bf16 and one 64-byte store, or StoreBF16Lanes for each half
-// when either holds a subnormal.
-TPX_AVX512BF16_TARGET inline void StoreBF16Pair(BF16* out, __m512 lo, __m512 hi) {
+// The lanes of v under `mask` rounded as FloatToBF16Array rounds, into
+// out[j] for those lanes (the others are not written).
+TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 mask) {
+  _mm256_mask_storeu_epi16(out, mask, RoundBF16Lanes(v, mask));
+}
+
+// 32 values, lo then hi, rounded as FloatToBF16Array rounds: one
+// vcvtne2ps2bf16, or RoundBF16Lanes for each half when either holds a
+// subnormal.
+TPX_AVX512BF16_TARGET inline __m512i RoundBF16Pair(__m512 lo, __m512 hi) {
   if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
-    StoreBF16Lanes(out, lo, 0xffff);
-    StoreBF16Lanes(out + 16, hi, 0xffff);
-    return;
+    // The zero-masking inserts: GCC 12's plain ones (and zext) start from
+    // an undefined vector it reports as used uninitialized.
+    const __m512i low =
+        _mm512_maskz_inserti64x4(0xff, _mm512_setzero_si512(), RoundBF16Lanes(lo), 0);
+    return _mm512_maskz_inserti64x4(0xff, low, RoundBF16Lanes(hi), 1);
   }
-  _mm512_storeu_si512(out, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+// RoundBF16Pair(lo, hi) into out[0..32) with one 64-byte store.
+TPX_AVX512BF16_TARGET inline void StoreBF16Pair(BF16* out, __m512 lo, __m512 hi) {
+  _mm512_storeu_si512(out, RoundBF16Pair(lo, hi));
 }
 #endif
 
