@@ -150,6 +150,36 @@ TEST(Bf16ConvertTest, StoreBF16LanesMatchesScalar) {
     }
   }
 }
+
+// RoundBF16Pair on the same values, 32 at a time (each half from any of
+// the 16-value pieces, so a subnormal in either half, both or neither):
+// lo's rounding in the first 16 values, hi's in the last.
+TPX_AVX512BF16_TARGET void RoundPair(const float* lo, const float* hi, BF16* out) {
+  _mm512_storeu_si512(out, RoundBF16Pair(_mm512_loadu_ps(lo), _mm512_loadu_ps(hi)));
+}
+
+TEST(Bf16ConvertTest, RoundBF16PairMatchesScalar) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  std::vector<uint32_t> bits = EdgeBits();
+  while (bits.size() % 16 != 0) bits.push_back(0x3f808000u);
+  // A piece of normals only, and one whose single subnormal is its last lane.
+  bits.insert(bits.end(), 16, 0x3f818000u);
+  bits.insert(bits.end(), 15, 0xbf808000u);
+  bits.push_back(0x80018000u);
+  std::vector<float> in(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) in[i] = FromBits(bits[i]);
+  for (size_t lo = 0; lo < in.size(); lo += 16) {
+    for (size_t hi = 0; hi < in.size(); hi += 16) {
+      BF16 out[32];
+      RoundPair(in.data() + lo, in.data() + hi, out);
+      for (int j = 0; j < 32; ++j) {
+        const size_t i = j < 16 ? lo + j : hi + j - 16;
+        ASSERT_EQ(out[j].bits, FloatToBF16(in[i]))
+            << std::hex << "input bits 0x" << bits[i] << std::dec << " lane " << j;
+      }
+    }
+  }
+}
 #endif
 
 TEST(Bf16ConvertTest, DispatchedMatchesScalar) {
