@@ -74,6 +74,32 @@ TPX_BF16_TARGET inline void PairRows(const uint16_t* row0, const uint16_t* row1,
   }
 }
 
+// PairRows for v (1 to 4) vectors chosen at run time.
+TPX_BF16_TARGET inline void PairRowsOf(int64_t v, const uint16_t* row0, const uint16_t* row1,
+                                       uint32_t* out) {
+  switch (v) {
+    case 1:
+      return PairRows<1>(row0, row1, out);
+    case 2:
+      return PairRows<2>(row0, row1, out);
+    case 3:
+      return PairRows<3>(row0, row1, out);
+    default:
+      return PairRows<4>(row0, row1, out);
+  }
+}
+
+// `width` values of rows row0 and row1 (null: past k, zeros) as pairs into
+// out, whole vectors up to a multiple of 16.
+TPX_BF16_TARGET inline void PairRowsUpTo(int64_t width, const uint16_t* row0, const uint16_t* row1,
+                                         uint32_t* out) {
+  if (row1 != nullptr && width % 16 == 0) return PairRowsOf(width / 16, row0, row1, out);
+  for (int64_t c = 0; c < width; c += 16) {
+    _mm512_store_si512(
+        out + c, PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c, FirstLanes(width - c)));
+  }
+}
+
 // Where a slice's partial sums go: straight into an f32 C (alpha applied,
 // beta on the first slice), or through an f32 buffer for a bf16 C.
 enum class Stage { kOnly, kFirst, kMiddle, kLast };
@@ -97,6 +123,12 @@ struct Product {
   bool NeedsSums() const { return c_bf16 && Pairs() > kSlicePairs; }
 };
 
+// How many of pairs [p0, p0 + pairs) have both rows inside k: all but a
+// last one when k is odd.
+int64_t WholePairs(const Product& pr, int64_t p0, int64_t pairs) {
+  return std::clamp<int64_t>(pr.k / 2 - p0, 0, pairs);
+}
+
 // Pairs [p0, p0 + pairs) of the rows [r0, r0 + kChunkRows) of op(A) into
 // ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r] (rows past m are
 // left unwritten: the blocks never read them). Whole 16-lane vectors: the
@@ -104,20 +136,19 @@ struct Product {
 // per-block scatter.
 TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t r0,
                            uint32_t* ap) {
-  const int64_t width = std::min(kChunkRows, pr.m - r0);
-  for (int64_t p = 0; p < pairs; ++p) {
-    const int64_t k0 = 2 * (p0 + p);
-    const uint16_t* row0 = pr.a + k0 * pr.lda + r0;
-    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.lda : nullptr;
-    if (width == kChunkRows && row1 != nullptr) {
-      PairRows<kChunkRows / 16>(row0, row1, ap + p * kChunkRows);
-      continue;
+  // Locals only in the loops: pr's fields would be reloaded every pair, as
+  // the stores through ap could alias them.
+  const int64_t width = std::min(kChunkRows, pr.m - r0), lda = pr.lda;
+  const int64_t whole = WholePairs(pr, p0, pairs);
+  const uint16_t* row0 = pr.a + 2 * p0 * lda + r0;
+  int64_t p = 0;
+  if (width == kChunkRows) {
+    for (; p < whole; ++p, row0 += 2 * lda, ap += kChunkRows) {
+      PairRows<kChunkRows / 16>(row0, row0 + lda, ap);
     }
-    for (int64_t c = 0; c < width; c += 16) {
-      _mm512_store_si512(ap + p * kChunkRows + c,
-                         PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c,
-                                FirstLanes(width - c)));
-    }
+  }
+  for (; p < pairs; ++p, row0 += 2 * lda, ap += kChunkRows) {
+    PairRowsUpTo(width, row0, p < whole ? row0 + lda : nullptr, ap);
   }
 }
 
@@ -125,21 +156,25 @@ TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t
 // bp); columns past n are zeros up to a whole 16-column vector.
 TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t first,
                            int64_t last, uint32_t* bp) {
-  for (int64_t p = 0; p < pairs; ++p) {
-    const int64_t k0 = 2 * (p0 + p);
-    const uint16_t* row0 = pr.b + k0 * pr.ldb;
-    const uint16_t* row1 = k0 + 1 < pr.k ? row0 + pr.ldb : nullptr;
-    for (int64_t panel = first; panel < last; ++panel) {
-      const int64_t c0 = panel * kPanel, cols = std::min(kPanel, pr.n - c0);
-      uint32_t* out = bp + (panel - first) * kPanelStride + p * kPanel;
-      if (cols == kPanel && row1 != nullptr) {
-        PairRows<kPanel / 16>(row0 + c0, row1 + c0, out);
-        continue;
+  // Locals only in the loops, as in PackA.
+  const int64_t ldb = pr.ldb, n = pr.n;
+  const int64_t whole = WholePairs(pr, p0, pairs);
+  // Panels [first, full) have all kPanel columns inside n.
+  const int64_t full = std::max(first, std::min(last, n / kPanel));
+  const uint16_t* row0 = pr.b + 2 * p0 * ldb;
+  for (int64_t p = 0; p < pairs; ++p, row0 += 2 * ldb, bp += kPanel) {
+    const uint16_t* row1 = p < whole ? row0 + ldb : nullptr;
+    int64_t panel = first;
+    if (row1 != nullptr) {
+      for (; panel < full; ++panel) {
+        PairRows<kPanel / 16>(row0 + panel * kPanel, row1 + panel * kPanel,
+                              bp + (panel - first) * kPanelStride);
       }
-      for (int64_t c = 0; c < cols; c += 16) {
-        const uint16_t* hi = row1 == nullptr ? nullptr : row1 + c0 + c;
-        _mm512_store_si512(out + c, PairUp(row0 + c0 + c, hi, FirstLanes(cols - c)));
-      }
+    }
+    for (; panel < last; ++panel) {
+      const int64_t c0 = panel * kPanel;
+      PairRowsUpTo(std::min(kPanel, n - c0), row0 + c0, row1 == nullptr ? nullptr : row1 + c0,
+                   bp + (panel - first) * kPanelStride);
     }
   }
 }
