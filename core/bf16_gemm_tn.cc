@@ -89,8 +89,10 @@ TPX_BF16_TARGET inline void PairRowsOf(int64_t v, const uint16_t* row0, const ui
   }
 }
 
-// `width` values of rows row0 and row1 (null: past k, zeros) as pairs into
-// out, whole vectors up to a multiple of 16.
+// `width` (at most 64: a chunk of A or a panel of B) values of rows row0 and
+// row1 (null: past k, zeros) as pairs into out, whole vectors up to a
+// multiple of 16.
+static_assert(kChunkRows <= 64 && kPanel <= 64, "PairRowsUpTo pairs at most 64 values");
 TPX_BF16_TARGET inline void PairRowsUpTo(int64_t width, const uint16_t* row0, const uint16_t* row1,
                                          uint32_t* out) {
   if (row1 != nullptr && width % 16 == 0) return PairRowsOf(width / 16, row0, row1, out);
