@@ -8,8 +8,8 @@
 // On CPUs with AVX512-BF16 (chosen when the program first converts) one
 // instruction rounds 32 floats, against about ten vector instructions per
 // 16 for the integer formula; vectors holding a subnormal, which that
-// instruction flushes to zero, take the formula instead. Elsewhere the
-// formula runs, vectorised for the widest ISA present (TPX_VECTOR_CLONES).
+// instruction flushes to zero, take a few more (OffsetSubnormals). Elsewhere
+// the formula runs, vectorised for the widest ISA present (TPX_VECTOR_CLONES).
 // Row kernels use it through StoreRow (core/cpu/loops.h).
 #ifndef TPX_CORE_CPU_BF16_CONVERT_H_
 #define TPX_CORE_CPU_BF16_CONVERT_H_
@@ -34,35 +34,31 @@ void FloatToBF16Array(const float* in, BF16* out, int64_t n);
 std::string_view FloatToBF16ArrayIsa();
 
 #if defined(TPX_HAVE_AVX512BF16_PATH)
-// The 16 lanes of v rounded as FloatToBF16Array rounds: one vcvtneps2bf16,
-// or the integer formula in vector form when a lane under `mask` holds a
-// subnormal, which that instruction flushes to zero (so a subnormal in a
-// lane outside the mask may come out as zero).
+// The AVX512-BF16 conversions treat subnormal inputs as zero. bf16 has f32's
+// exponent range, so a subnormal x rounds to a bf16 subnormal, a multiple of
+// 2^-133. x + copysign(2^-126, x) is exact and normal with the smallest
+// exponent, whose bf16 spacing is 2^-133 as well, and 2^-126 is an even
+// multiple of it: its rounding is copysign(2^-126, x) plus x's, even ties
+// alike. Taking one from the result's exponent field (bits 0x0080 of the
+// bf16 word) then gives x's rounding, also where it carried up to 2^-126.
+//
+// v with copysign(2^-126, v) added in the lanes of `subnormal`.
+TPX_AVX512BF16_TARGET inline __m512 OffsetSubnormals(__m512 v, __mmask16 subnormal) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i smallest_normal = _mm512_or_si512(
+      _mm512_and_si512(bits, _mm512_set1_epi32(INT32_MIN)), _mm512_set1_epi32(0x00800000));
+  return _mm512_mask_add_ps(v, subnormal, v, _mm512_castsi512_ps(smallest_normal));
+}
+
+// The 16 lanes of v rounded as FloatToBF16Array rounds (a lane outside
+// `mask` holding a subnormal may come out as zero): one vcvtneps2bf16, and
+// where a lane under the mask is subnormal, OffsetSubnormals before it and
+// the offset's exponent taken back after.
 TPX_AVX512BF16_TARGET inline __m256i RoundBF16Lanes(__m512 v, __mmask16 mask = 0xffff) {
-  if (_mm512_mask_fpclass_ps_mask(mask, v, 0x20) != 0) {  // 0x20: subnormal
-    // FloatToBF16's integer formula on all lanes at once (rows of softmax
-    // probabilities hold subnormals often enough that a lane-by-lane loop
-    // here cost more than the rest of their rounding). Written out in
-    // intrinsics: a loop of FloatToBF16 over the 16 lanes vectorises in
-    // 256-bit halves, and the fused attention's rounding then took 4.4-4.8%
-    // of a bf16 GPT step's samples against 3.7% for this.
-    // The zero-masking forms with every lane: GCC 12 reports the plain
-    // ones' undefined pass-through vector as used uninitialized.
-    constexpr __mmask16 kAll = 0xffff;
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i high = _mm512_maskz_srli_epi32(kAll, u, 16);
-    const __m512i rounded =
-        _mm512_maskz_srli_epi32(kAll,
-                                _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
-                                                 _mm512_and_si512(high, _mm512_set1_epi32(1))),
-                                16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i bits =
-        _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
-    return _mm512_maskz_cvtepi32_epi16(kAll, bits);
-  }
-  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  const __mmask16 subnormal = _mm512_mask_fpclass_ps_mask(mask, v, 0x20);  // 0x20: subnormal
+  if (subnormal == 0) return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+  const __m256i r = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(OffsetSubnormals(v, subnormal)));
+  return _mm256_mask_sub_epi16(r, subnormal, r, _mm256_set1_epi16(0x0080));
 }
 
 // The lanes of v under `mask` rounded as FloatToBF16Array rounds, into
@@ -72,17 +68,14 @@ TPX_AVX512BF16_TARGET inline void StoreBF16Lanes(BF16* out, __m512 v, __mmask16 
 }
 
 // 32 values, lo then hi, rounded as FloatToBF16Array rounds: one
-// vcvtne2ps2bf16, or RoundBF16Lanes for each half when either holds a
-// subnormal.
+// vcvtne2ps2bf16, with subnormals as in RoundBF16Lanes.
 TPX_AVX512BF16_TARGET inline __m512i RoundBF16Pair(__m512 lo, __m512 hi) {
-  if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
-    // The zero-masking inserts: GCC 12's plain ones (and zext) start from
-    // an undefined vector it reports as used uninitialized.
-    const __m512i low =
-        _mm512_maskz_inserti64x4(0xff, _mm512_setzero_si512(), RoundBF16Lanes(lo), 0);
-    return _mm512_maskz_inserti64x4(0xff, low, RoundBF16Lanes(hi), 1);
-  }
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __mmask16 sub_lo = _mm512_fpclass_ps_mask(lo, 0x20),
+                  sub_hi = _mm512_fpclass_ps_mask(hi, 0x20);
+  if ((sub_lo | sub_hi) == 0) return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __m512i r = reinterpret_cast<__m512i>(
+      _mm512_cvtne2ps_pbh(OffsetSubnormals(hi, sub_hi), OffsetSubnormals(lo, sub_lo)));
+  return _mm512_mask_sub_epi16(r, _mm512_kunpackw(sub_hi, sub_lo), r, _mm512_set1_epi16(0x0080));
 }
 
 // RoundBF16Pair(lo, hi) into out[0..32) with one 64-byte store.

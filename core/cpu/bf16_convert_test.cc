@@ -114,6 +114,30 @@ TEST(Bf16ConvertTest, Avx512Bf16MatchesScalar) {
   }
 }
 
+// Every subnormal of both signs, with the smallest normals and zeros among
+// them, 32 at a time (the instruction's flushing is what the vector path
+// works around).
+TEST(Bf16ConvertTest, Avx512Bf16RoundsEverySubnormal) {
+  float probe = 1.0f;
+  BF16 probe_out;
+  if (!bf16_convert_internal::Avx512Bf16(&probe, &probe_out, 1)) {
+    GTEST_SKIP() << "no AVX512-BF16 on this CPU or build";
+  }
+  constexpr uint32_t kBlock = 1 << 16;
+  std::vector<float> in(kBlock);
+  std::vector<BF16> out(kBlock);
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t first = 0; first < 0x00810000u; first += kBlock) {
+      for (uint32_t i = 0; i < kBlock; ++i) in[i] = FromBits(sign | (first + i));
+      ASSERT_TRUE(bf16_convert_internal::Avx512Bf16(in.data(), out.data(), kBlock));
+      for (uint32_t i = 0; i < kBlock; ++i) {
+        ASSERT_EQ(out[i].bits, FloatToBF16(in[i]))
+            << std::hex << "input bits 0x" << (sign | (first + i));
+      }
+    }
+  }
+}
+
 #if defined(TPX_HAVE_AVX512BF16_PATH)
 // The kernels' per-vector rounding: every lane of every 16-value piece of
 // the edge cases and the sweep (a subnormal among normals, NaNs, ties),
