@@ -14,10 +14,11 @@
 // batches for every dtype and TP size, so runs compare).
 // tokens_per_s counts training tokens (batch x seq_len per step) over all
 // steps, the first included; validation time is excluded.
-// steady_tokens_per_s (tpx, with more than 2 x kSteadyAfter steps) counts
-// only the steps after the first kSteadyAfter, which also pay for first
-// touches of memory (a huge page's first fault can cost milliseconds in a
-// virtual machine) and oneDNN's kernel generation. Each rank gets
+// steady_tokens_per_s (with more than 2 x kSteadyAfter steps; -1 without)
+// counts only the steps after the first kSteadyAfter, which also pay for
+// first touches of memory (a huge page's first fault can cost milliseconds
+// in a virtual machine) and oneDNN's kernel generation; first_step_ms is
+// the first step's time. The PyTorch lines carry both as well. Each rank gets
 // cores / TP GEMM threads unless TPX_NUM_THREADS says otherwise ("threads").
 // The PyTorch peer runs at every TP size of --tps and the same dtype (bf16:
 // CPU autocast). At TP=1 it runs once per "omp:blas" entry of
@@ -216,8 +217,10 @@ int MeasureRank(int tp) {
   }
   if ((*world)->rank() == 0) {
     const double tokens_per_step = static_cast<double>(o.batch * o.model.seq_len);
-    double steady_tokens_per_s = -1;
+    double steady_tokens_per_s = -1, first_step_ms = -1;
     for (const StepRecord& rec : r->log) {
+      // Step 1 is always logged.
+      if (rec.step == 1) first_step_ms = 1000.0 * rec.elapsed_s;
       if (!steady || rec.step != kSteadyAfter) continue;
       // No evaluation before the last step: the record's time is all training.
       const double train_s = tokens_per_step * static_cast<double>(o.steps) / r->tokens_per_s;
@@ -227,18 +230,19 @@ int MeasureRank(int tp) {
     std::printf(
         "{\"bench\":\"gpt\",\"impl\":\"tpx\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
         "\"tokens_per_s\":%.1f,\"steady_tokens_per_s\":%.1f,\"step_ms\":%.2f,"
+        "\"first_step_ms\":%.2f,"
         "\"final_loss\":%.5f,\"params\":%lld,"
         "\"steps\":%lld,\"batch\":%lld,\"seq_len\":%lld,\"d_model\":%lld,\"n_layers\":%lld,"
         "\"sequence_parallel\":%s,\"recompute\":%s,\"gemm_threads_per_rank\":%d,"
         "\"wait_policy\":\"%s\",\"omp_wait\":\"%s\",\"contenders\":%d}\n",
         tp, std::string(DTypeName(o.model.dtype)).c_str(), GemmThreads(), r->tokens_per_s,
-        steady_tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s,
-        r->losses.empty() ? -1.0 : r->losses.back(),
-        static_cast<long long>(r->num_parameters), static_cast<long long>(o.steps),
-        static_cast<long long>(o.batch), static_cast<long long>(o.model.seq_len),
-        static_cast<long long>(o.model.d_model), static_cast<long long>(o.model.n_layers),
-        o.model.sequence_parallel ? "true" : "false", o.model.activation_checkpointing ? "true" : "false",
-        GemmThreads(), WaitPolicyLabel().c_str(), OmpWaitInEffect().c_str(), ContenderCount());
+        steady_tokens_per_s, 1000.0 * tokens_per_step / r->tokens_per_s, first_step_ms,
+        r->losses.empty() ? -1.0 : r->losses.back(), static_cast<long long>(r->num_parameters),
+        static_cast<long long>(o.steps), static_cast<long long>(o.batch),
+        static_cast<long long>(o.model.seq_len), static_cast<long long>(o.model.d_model),
+        static_cast<long long>(o.model.n_layers), o.model.sequence_parallel ? "true" : "false",
+        o.model.activation_checkpointing ? "true" : "false", GemmThreads(),
+        WaitPolicyLabel().c_str(), OmpWaitInEffect().c_str(), ContenderCount());
     std::fflush(stdout);
   }
   return 0;

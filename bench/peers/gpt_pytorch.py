@@ -40,6 +40,9 @@ import time
 import torch_peer
 
 
+# Steps left out of steady_tokens_per_s (bench/gpt_bench.cc's kSteadyAfter).
+STEADY_AFTER = 5
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
@@ -201,6 +204,9 @@ def train(rank, args, store_dir):
         torch.cuda.synchronize()
     start = time.perf_counter()
     loss_value = float("nan")
+    # As bench:gpt does for tpx: the first step's time, and the steps after
+    # the first STEADY_AFTER on their own (with more than twice as many).
+    first_step_s, steady_start = None, None
     for step in range(args.steps):
         # Same generator state on every rank: same batch.
         starts = torch.randint(0, len(data) - t - 1, (b,))
@@ -219,11 +225,20 @@ def train(rank, args, store_dir):
         clip_grad_norm(1.0)
         opt.step()
         loss_value = loss.item()  # waits for the step on a GPU too
-    elapsed = time.perf_counter() - start
+        if step == 0:
+            first_step_s = time.perf_counter() - start
+        if step + 1 == STEADY_AFTER:
+            steady_start = time.perf_counter()
+    end = time.perf_counter()
+    elapsed = end - start
+    steady = args.steps > 2 * STEADY_AFTER and steady_start is not None
     if rank == 0:
         line = first_keys(args)
+        steady_tps = b * t * (args.steps - STEADY_AFTER) / (end - steady_start) if steady else -1.0
         line.update({"tokens_per_s": round(b * t * args.steps / elapsed, 1),
+                     "steady_tokens_per_s": round(steady_tps, 1),
                      "step_ms": round(1000.0 * elapsed / args.steps, 2),
+                     "first_step_ms": round(1000.0 * first_step_s, 2),
                      "final_loss": round(loss_value, 5), "params": n_params,
                      "steps": args.steps, "batch": b, "seq_len": t, "d_model": d,
                      "n_layers": args.n_layers, "torch": torch.__version__})
