@@ -41,13 +41,17 @@ std::string_view FloatToBF16ArrayIsa();
 // multiple of it: its rounding is copysign(2^-126, x) plus x's, even ties
 // alike. Taking one from the result's exponent field (bits 0x0080 of the
 // bf16 word) then gives x's rounding, also where it carried up to 2^-126.
+// With the MXCSR's denormals-are-zero mode on (programs built with
+// -ffast-math start that way) vfpclassps found no subnormals on a Zen 5
+// core, so they come out as zero, as that program's own arithmetic treats
+// them; the portable formula still rounds them.
 //
-// v with copysign(2^-126, v) added in the lanes of `subnormal`.
+// v with copysign(2^-126, v) added in the lanes of `subnormal`: for a
+// subnormal, one more in the exponent field of its bits.
 TPX_AVX512BF16_TARGET inline __m512 OffsetSubnormals(__m512 v, __mmask16 subnormal) {
   const __m512i bits = _mm512_castps_si512(v);
-  const __m512i smallest_normal = _mm512_or_si512(
-      _mm512_and_si512(bits, _mm512_set1_epi32(INT32_MIN)), _mm512_set1_epi32(0x00800000));
-  return _mm512_mask_add_ps(v, subnormal, v, _mm512_castsi512_ps(smallest_normal));
+  return _mm512_castsi512_ps(
+      _mm512_mask_add_epi32(bits, subnormal, bits, _mm512_set1_epi32(0x00800000)));
 }
 
 // The 16 lanes of v rounded as FloatToBF16Array rounds (a lane outside
