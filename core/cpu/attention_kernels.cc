@@ -651,6 +651,17 @@ void RecomputeChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t 
   }
 }
 
+// dot[i - c0] = rowsum(P dP) of rows [c0, c0 + rows) over their causal
+// columns. Every row's sum first: each is one chain of dependent additions,
+// and with nothing in between, the chains of consecutive rows overlap.
+void CausalRowDots(const float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
+                   float* dot) {
+  const int64_t tp = RoundUp(t, kLanes);
+  for (int64_t i = c0; i < c0 + rows; ++i) {
+    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, CausalLen(i, t));
+  }
+}
+
 // dS = scale * P (dP - rowsum(P dP)) in place over dP's rows [c0, c0 +
 // rows) (ds: [rows, tp]; p: P's rows, [rows, tp], as RecomputeChunk left
 // them). dS is zero after the diagonal as far as the products read
@@ -658,12 +669,8 @@ void RecomputeChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t 
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
                           float scale) {
   const int64_t tp = RoundUp(t, kLanes);
-  // Every row's sum first: each is one chain of dependent additions, and
-  // with nothing in between, the chains of consecutive rows overlap.
   float dot[kRowChunk];
-  for (int64_t i = c0; i < c0 + rows; ++i) {
-    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, CausalLen(i, t));
-  }
+  CausalRowDots(ds, c0, rows, t, p, dot);
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
     const int64_t len = CausalLen(i, t);
@@ -685,9 +692,7 @@ TPX_PAIR_TARGET void SoftmaxBackwardChunkPairs(const float* ds, int64_t c0, int6
                                                Pair* pi) {
   const int64_t tp = RoundUp(t, kLanes);
   float dot[kRowChunk];
-  for (int64_t i = c0; i < c0 + rows; ++i) {
-    dot[i - c0] = RowDot(p + (i - c0) * tp, ds + (i - c0) * tp, CausalLen(i, t));
-  }
+  CausalRowDots(ds, c0, rows, t, p, dot);
   const int64_t end = std::min(tp, RoundUp(c0 + rows, 2));
   // Pair k takes lane k of the first row's rounded half and of the second's.
   alignas(64) static constexpr uint16_t kAcross[32] = {

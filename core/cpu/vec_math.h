@@ -99,8 +99,9 @@ TPX_VEC_INLINE float Exp(float x) {
 // ln x with at most ~2 ulp error (Cephes' logf: x = m 2^e with m in
 // [sqrt(1/2), sqrt(2)), ln m = u - u^2 / 2 + u^3 P(u) for u = m - 1 with P
 // of degree 8, e ln 2 added in two parts). Branch-free, so loops of it
-// vectorise (libm's logf is a scalar call per element). ln 0 = -inf, ln of a negative number or NaN is
-// NaN, ln +inf = +inf; subnormals are read exactly.
+// vectorise (libm's logf is a scalar call per element). ln 0 = -inf, ln of
+// a negative number or NaN is NaN, ln +inf = +inf; subnormals are read
+// exactly.
 TPX_VEC_INLINE float Log(float x) {
   constexpr float kSqrtHalf = 0.70710678118654752440f;
   // Subnormals scaled into the normal range first (2^23), their exponent
