@@ -2,11 +2,15 @@
 // references computed here row by row, on shapes small enough to read and
 // large enough to split over the kernel threads.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/compare_testutil.h"
+#include "core/cpu/row_kernels_isa.h"
 #include "core/cpu/vec_math.h"
+#include "core/cpu_features.h"
 #include "core/device_testutil.h"
 #include "core/ops.h"
 #include "gmock/gmock.h"
@@ -324,5 +328,78 @@ TEST_P(FusedNnTest, BiasGeluAndBackwardMatchDoubleReference) {
               HasSubstr("BiasGelu: bias"));
 }
 
+// The bit patterns of a float tensor's values (bf16 widened exactly).
+std::vector<uint32_t> Bits(const Tensor& t) {
+  const std::vector<float> v = t.ToVector<float>();
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
+
+// The layer-norm and bias + GeLU results of one set of inputs, in order.
+std::vector<Tensor> FusedRowResults(const Tensor& x, const Tensor& g, const Tensor& w,
+                                    const Tensor& b, bool want_dx, bool want_dw, bool want_db) {
+  std::vector<Tensor> out;
+  absl::StatusOr<LayerNormResult> f = LayerNorm(x, w, b, 1e-5);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return out;
+  out.insert(out.end(), {f->y, f->mean, f->rstd});
+  absl::StatusOr<LayerNormGradients> d =
+      LayerNormBackward(g, x, f->mean, f->rstd, w, want_dx, want_dw, want_db);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (!d.ok()) return out;
+  for (const Tensor* t : {&d->input, &d->weight, &d->bias}) {
+    if (t->defined()) out.push_back(*t);
+  }
+  if (b.defined()) {
+    const Tensor bias = *b.To(x.dtype());
+    absl::StatusOr<Tensor> y = BiasGelu(x, bias);
+    absl::StatusOr<BiasGeluGradients> dg = BiasGeluBackward(g, x, bias);
+    EXPECT_TRUE(y.ok() && dg.ok());
+    if (y.ok() && dg.ok()) out.insert(out.end(), {*y, dg->dx, dg->dbias});
+  }
+  return out;
+}
+
+// On a CPU with AVX-512 BF16 the layer-norm and bias + GeLU rows run in
+// intrinsics (core/cpu/row_kernels_isa.h), layer norm two rows to a vector:
+// their bits are the portable rows'. Row counts that leave odd rows and
+// partial groups, and widths that are not a multiple of 8 (the portable
+// rows in both).
+TEST(RowKernelsIsaTest, Avx512RowsGiveThePortableRowsBits) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "the CPU has no AVX-512 BF16: portable rows only";
+  if (!TestDevice().is_cpu()) GTEST_SKIP() << "CPU kernels";
+  for (const Shape& shape : {Shape{37, 128}, Shape{300, 96}, Shape{2, 9, 136}, Shape{5, 130},
+                             Shape{1, 8}, Shape{70, 256}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const int64_t h = shape.back();
+      Tensor x = *TestRandom(shape, DType::kF32, 41, -2.0f, 3.0f).To(dtype);
+      Tensor g = *TestRandom(shape, DType::kF32, 42).To(dtype);
+      Tensor w = TestRandom({h}, DType::kF32, 43, 0.5f, 1.5f);
+      Tensor b = TestRandom({h}, DType::kF32, 44);
+      struct Case {
+        bool weight, bias, dx, dw, db;
+      };
+      for (const Case& c :
+           {Case{true, true, true, true, true}, Case{false, false, true, false, false},
+            Case{true, false, true, true, false}, Case{false, true, false, false, true},
+            Case{true, true, true, false, false}}) {
+        SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " ", ShapeString(shape),
+                                  " weight ", c.weight, " bias ", c.bias, " dx/dw/db ", c.dx, c.dw,
+                                  c.db));
+        const Tensor wc = c.weight ? w : Tensor(), bc = c.bias ? b : Tensor();
+        cpu::SetRowKernelsIsaForTesting(cpu::RowKernelsIsa::kPortable);
+        const std::vector<Tensor> portable = FusedRowResults(x, g, wc, bc, c.dx, c.dw, c.db);
+        cpu::SetRowKernelsIsaForTesting(cpu::RowKernelsIsa::kAvx512);
+        ASSERT_EQ(cpu::RowKernelsIsaInUse(), cpu::RowKernelsIsa::kAvx512);
+        const std::vector<Tensor> avx512 = FusedRowResults(x, g, wc, bc, c.dx, c.dw, c.db);
+        ASSERT_EQ(portable.size(), avx512.size());
+        for (size_t i = 0; i < portable.size(); ++i) {
+          EXPECT_EQ(Bits(portable[i]), Bits(avx512[i])) << "result " << i;
+        }
+      }
+    }
+  }
+}
 }  // namespace
 }  // namespace tpx::ops

@@ -6,8 +6,10 @@
 // ops, and rows are split over the kernel threads. Row loops are compiled
 // per ISA (TPX_VECTOR_CLONES).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -18,6 +20,7 @@
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
 #include "core/cpu/parallel.h"
+#include "core/cpu/row_kernels_isa.h"
 #include "core/cpu/vec_math.h"
 #include "core/cpu/vec_math_avx512.h"
 #include "core/cpu_features.h"
@@ -29,6 +32,11 @@ namespace {
 // Rows of layer norm handled together: their reductions overlap
 // (Sum8Rows) where one row of 128 would wait on its additions.
 constexpr int kNormRows = 4;
+// Pairs of rows handled together by the AVX-512 layer norm
+// (LayerNormRowPairs), for the same reason.
+constexpr int kNormPairs = 4;
+// In the backward each pair has two chains (the two sums of the row).
+constexpr int kNormBackwardPairs = 2;
 // Rows read ahead of the group in hand. Reading kNormRows short rows side
 // by side hides them from the hardware prefetcher, which follows one
 // stream; in a training step these inputs come from memory, not cache.
@@ -245,7 +253,7 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T*
 }
 
 #if defined(TPX_HAVE_AVX512_EXP) && defined(TPX_HAVE_AVX512BF16_PATH)
-#define TPX_HAVE_AVX512_GELU_ROWS 1
+#define TPX_HAVE_AVX512_ROWS 1
 // The bias + GeLU rows sixteen lanes at a time in intrinsics (Gelu16,
 // GeluGrad16: the scalar rows' bits), where the CPU has AVX-512 BF16: the
 // compiler's vectorisation of the scalar rows ran two vectors an iteration
@@ -339,15 +347,228 @@ TPX_AVX512BF16_TARGET void BiasGeluBackwardRowAvx512(const T* g, const T* x, con
     return d;
   });
 }
+
+// Layer norm two rows at a time in intrinsics, LayerNormRows' and
+// LayerNormBackwardRows' bits: one vector holds eight values of each row
+// (lanes 0-7 the first row's, 8-15 the second's), so each half's chain of
+// additions is the one Sum8 makes over its row, eight partial sums wide.
+// Rows are read in T and the statistics kept in f32, as there, without
+// their widening pass into scratch or rounding through FloatToBF16Array a
+// row at a time. For rows whose length is a multiple of eight.
+
+// Lanes 0-7 and 8-15 of v (in the zero-masking forms: GCC 12 reports the
+// plain ones' undefined pass-through as used uninitialized).
+TPX_AVX512BF16_TARGET inline __m256 LowHalf(__m512 v) {
+  return _mm512_maskz_extractf32x8_ps(0xff, v, 0);
+}
+TPX_AVX512BF16_TARGET inline __m256 HighHalf(__m512 v) {
+  return _mm512_maskz_extractf32x8_ps(0xff, v, 1);
+}
+
+// Eight values from each of two rows as one vector of f32, and back.
+template <typename T>
+struct RowPairLanes;
+template <>
+struct RowPairLanes<float> {
+  TPX_AVX512BF16_TARGET static __m512 Load(const float* a, const float* b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+  }
+  TPX_AVX512BF16_TARGET static void Store(float* a, float* b, __m512 v) {
+    _mm256_storeu_ps(a, LowHalf(v));
+    _mm256_storeu_ps(b, HighHalf(v));
+  }
+};
+template <>
+struct RowPairLanes<BF16> {
+  TPX_AVX512BF16_TARGET static __m512 Load(const BF16* a, const BF16* b) {
+    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    return Lanes16<BF16>::Widen(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+  }
+  TPX_AVX512BF16_TARGET static void Store(BF16* a, BF16* b, __m512 v) {
+    const __m256i r = RoundBF16Lanes(v);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(a), _mm256_castsi256_si128(r));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b), _mm256_extracti128_si256(r, 1));
+  }
+};
+
+// The zero-masking forms with every lane, as in Lanes16<BF16>.
+constexpr __mmask16 kAll = 0xffff;
+
+// Sum8's combination of each half's eight partial sums: lane 0 and lane 8
+// hold ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) of their half.
+TPX_AVX512BF16_TARGET inline void PairSums(__m512 acc, float* first, float* second) {
+  __m512 t = _mm512_add_ps(acc, _mm512_maskz_permute_ps(kAll, acc, 0xb1));  // neighbours
+  t = _mm512_add_ps(t, _mm512_maskz_permute_ps(kAll, t, 0x4e));             // pairs of them
+  t = _mm512_add_ps(t, _mm512_maskz_shuffle_f32x4(kAll, t, t, 0xb1));       // the 128-bit halves
+  *first = _mm512_cvtss_f32(t);
+  *second = _mm_cvtss_f32(_mm512_maskz_extractf32x4_ps(0xf, t, 2));
+}
+
+// a in lanes 0-7, b in lanes 8-15.
+TPX_AVX512BF16_TARGET inline __m512 PairOf(float a, float b) {
+  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+// p[0..8) in both halves (a weight or bias shared by the rows).
+TPX_AVX512BF16_TARGET inline __m512 BothHalves(const float* p) {
+  return _mm512_maskz_broadcast_f32x8(kAll, _mm256_loadu_ps(p));
+}
+
+// Layer norm of 2P consecutive rows of h (a multiple of 8), as
+// LayerNormRows. The P pairs' chains of additions run side by side: one
+// pair's alone waits on each addition.
+template <int P, typename T>
+TPX_AVX512BF16_TARGET void LayerNormRowPairs(const T* x, const float* w, const float* b, T* y,
+                                             int64_t h, float eps, float* mean_out,
+                                             float* rstd_out) {
+  using L = RowPairLanes<T>;
+  const float hf = static_cast<float>(h);
+  __m512 acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < h; i += 8) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      acc[p] = _mm512_add_ps(acc[p], L::Load(x + 2 * p * h + i, x + (2 * p + 1) * h + i));
+    }
+  }
+  float mean[2 * P], sq[2 * P];
+  __m512 m[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    PairSums(acc[p], &mean[2 * p], &mean[2 * p + 1]);
+    mean[2 * p] /= hf;
+    mean[2 * p + 1] /= hf;
+    m[p] = PairOf(mean[2 * p], mean[2 * p + 1]);
+    acc[p] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < h; i += 8) {
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const __m512 c = _mm512_sub_ps(L::Load(x + 2 * p * h + i, x + (2 * p + 1) * h + i), m[p]);
+      acc[p] = _mm512_fmadd_ps(c, c, acc[p]);
+    }
+  }
+  __m512 rs[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    PairSums(acc[p], &sq[2 * p], &sq[2 * p + 1]);
+    float rstd[2];
+    for (int r = 0; r < 2; ++r) {
+      rstd[r] = 1.0f / std::sqrt(sq[2 * p + r] / hf + eps);
+      mean_out[2 * p + r] = mean[2 * p + r];
+      rstd_out[2 * p + r] = rstd[r];
+    }
+    rs[p] = PairOf(rstd[0], rstd[1]);
+  }
+  for (int p = 0; p < P; ++p) {
+    const T* x1 = x + 2 * p * h;
+    T* y1 = y + 2 * p * h;
+    for (int64_t i = 0; i < h; i += 8) {
+      const __m512 c = _mm512_sub_ps(L::Load(x1 + i, x1 + h + i), m[p]);
+      __m512 v;
+      if (w != nullptr && b != nullptr) {
+        v = _mm512_fmadd_ps(_mm512_mul_ps(c, rs[p]), BothHalves(w + i), BothHalves(b + i));
+      } else if (w != nullptr) {
+        v = _mm512_mul_ps(_mm512_mul_ps(c, rs[p]), BothHalves(w + i));
+      } else if (b != nullptr) {
+        v = _mm512_fmadd_ps(c, rs[p], BothHalves(b + i));
+      } else {
+        v = _mm512_mul_ps(c, rs[p]);
+      }
+      L::Store(y1 + i, y1 + h + i, v);
+    }
+  }
+}
+
+// The layer-norm backward of 2P consecutive rows of h (a multiple of 8), as
+// LayerNormBackwardRows with dx and either both of dw_acc and db_acc or
+// neither; the pairs' reductions side by side as in LayerNormRowPairs.
+template <int P, typename T>
+TPX_AVX512BF16_TARGET void LayerNormBackwardRowPairs(const T* g, const T* x, const float* mean,
+                                                     const float* rstd, const float* w, T* dx,
+                                                     float* dw_acc, float* db_acc, int64_t h) {
+  using L = RowPairLanes<T>;
+  const float hf = static_cast<float>(h);
+  __m512 m[P], rs[P], acc1[P], acc2[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    m[p] = PairOf(mean[2 * p], mean[2 * p + 1]);
+    rs[p] = PairOf(rstd[2 * p], rstd[2 * p + 1]);
+    acc1[p] = _mm512_setzero_ps();
+    acc2[p] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < h; i += 8) {
+    const __m512 wv = BothHalves(w + i);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const int64_t at = 2 * p * h + i;
+      const __m512 gv = L::Load(g + at, g + at + h);
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(L::Load(x + at, x + at + h), m[p]), rs[p]);
+      acc1[p] = _mm512_fmadd_ps(gv, wv, acc1[p]);
+      acc2[p] = _mm512_fmadd_ps(_mm512_mul_ps(gv, wv), xhat, acc2[p]);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    float s1[2], s2[2];
+    PairSums(acc1[p], &s1[0], &s1[1]);
+    PairSums(acc2[p], &s2[0], &s2[1]);
+    const __m512 m1 = PairOf(s1[0] / hf, s1[1] / hf);
+    const __m512 m2 = PairOf(s2[0] / hf, s2[1] / hf);
+    for (int64_t i = 0; i < h; i += 8) {
+      const int64_t at = 2 * p * h + i;
+      const __m512 gv = L::Load(g + at, g + at + h);
+      const __m512 xhat = _mm512_mul_ps(_mm512_sub_ps(L::Load(x + at, x + at + h), m[p]), rs[p]);
+      if (dw_acc != nullptr) {
+        // The first row's contributions, then the second's, as the rows
+        // one after the other add them.
+        __m256 dw = _mm256_loadu_ps(dw_acc + i), db = _mm256_loadu_ps(db_acc + i);
+        dw = _mm256_fmadd_ps(LowHalf(gv), LowHalf(xhat), dw);
+        dw = _mm256_fmadd_ps(HighHalf(gv), HighHalf(xhat), dw);
+        db = _mm256_add_ps(db, LowHalf(gv));
+        db = _mm256_add_ps(db, HighHalf(gv));
+        _mm256_storeu_ps(dw_acc + i, dw);
+        _mm256_storeu_ps(db_acc + i, db);
+      }
+      const __m512 d = _mm512_fmsub_ps(gv, BothHalves(w + i), m1);
+      L::Store(dx + at, dx + at + h, _mm512_mul_ps(rs[p], _mm512_fnmadd_ps(xhat, m2, d)));
+    }
+  }
+}
 #endif
 
-// The rows above in intrinsics where they apply (f32 and bf16 on a CPU
-// with AVX-512 BF16), else the compiler's vectorisation.
+// RowKernelsIsaInUse(), kept as an int: set once from the environment,
+// and by tests.
+std::atomic<int>& RowKernelsIsaSetting() {
+  static std::atomic<int> isa{[] {
+    const char* env = std::getenv("TPX_ROW_KERNELS_ISA");
+    const bool portable = env != nullptr && std::string_view(env) == "portable";
+    return static_cast<int>(CpuHasAvx512Bf16() && !portable ? RowKernelsIsa::kAvx512
+                                                            : RowKernelsIsa::kPortable);
+  }()};
+  return isa;
+}
+
+// Whether element type T runs the intrinsics rows above (f32 and bf16,
+// where RowKernelsIsaInUse() says so).
+template <typename T>
+bool UseAvx512Rows() {
+#if defined(TPX_HAVE_AVX512_ROWS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+    return RowKernelsIsaInUse() == RowKernelsIsa::kAvx512;
+  }
+#endif
+  return false;
+}
+
+// The rows above in intrinsics where they apply, else the compiler's
+// vectorisation.
 template <typename T>
 void BiasGeluRowAny(const T* x, const float* b, T* y, int64_t h) {
-#if defined(TPX_HAVE_AVX512_GELU_ROWS)
+#if defined(TPX_HAVE_AVX512_ROWS)
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
-    if (CpuHasAvx512Bf16()) return BiasGeluRowAvx512(x, b, y, h);
+    if (UseAvx512Rows<T>()) return BiasGeluRowAvx512(x, b, y, h);
   }
 #endif
   BiasGeluRow(x, b, y, h);
@@ -356,12 +577,40 @@ void BiasGeluRowAny(const T* x, const float* b, T* y, int64_t h) {
 template <typename T>
 void BiasGeluBackwardRowAny(const T* g, const T* x, const float* b, T* dx, float* db_acc,
                             int64_t h) {
-#if defined(TPX_HAVE_AVX512_GELU_ROWS)
+#if defined(TPX_HAVE_AVX512_ROWS)
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
-    if (CpuHasAvx512Bf16()) return BiasGeluBackwardRowAvx512(g, x, b, dx, db_acc, h);
+    if (UseAvx512Rows<T>()) return BiasGeluBackwardRowAvx512(g, x, b, dx, db_acc, h);
   }
 #endif
   BiasGeluBackwardRow(g, x, b, dx, db_acc, h);
+}
+
+// Whether layer-norm rows of h in T go by pairs (LayerNormRowPair).
+template <typename T>
+bool NormsRowPairs(int64_t h) {
+  return h % 8 == 0 && UseAvx512Rows<T>();
+}
+
+// The pair forms where they were compiled (NormsRowPairs is false
+// elsewhere, so these are never called there).
+template <int P, typename T>
+void LayerNormRowPairsAny(const T* x, const float* w, const float* b, T* y, int64_t h, float eps,
+                          float* mean_out, float* rstd_out) {
+#if defined(TPX_HAVE_AVX512_ROWS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+    LayerNormRowPairs<P>(x, w, b, y, h, eps, mean_out, rstd_out);
+  }
+#endif
+}
+
+template <int P, typename T>
+void LayerNormBackwardRowPairsAny(const T* g, const T* x, const float* mean, const float* rstd,
+                                  const float* w, T* dx, float* dw_acc, float* db_acc, int64_t h) {
+#if defined(TPX_HAVE_AVX512_ROWS)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+    LayerNormBackwardRowPairs<P>(g, x, mean, rstd, w, dx, dw_acc, db_acc, h);
+  }
+#endif
 }
 
 // dx = scale * y * (g - sum(g * y)).
@@ -393,6 +642,16 @@ absl::Status CpuDeviceKernels::LayerNorm(const Tensor& y, const Tensor& mean, co
     T* yp = y.data<T>();
     std::vector<float> scratch(kIsReduced<T> ? kNormRows * h : 0);
     int64_t r = first;
+    if (NormsRowPairs<T>(h)) {
+      for (; r + 2 * kNormPairs <= last; r += 2 * kNormPairs) {
+        const int64_t ahead = std::min<int64_t>(2 * kNormPairs, last - kPrefetchRows - r);
+        if (ahead > 0) PrefetchBytes(xp + (r + kPrefetchRows) * h, ahead * h * sizeof(T));
+        LayerNormRowPairsAny<kNormPairs>(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r);
+      }
+      for (; r + 2 <= last; r += 2) {
+        LayerNormRowPairsAny<1>(xp + r * h, w, b, yp + r * h, h, e, mo + r, ro + r);
+      }
+    }
     for (; r + kNormRows <= last; r += kNormRows) {
       const int64_t ahead = std::min<int64_t>(kNormRows, last - kPrefetchRows - r);
       if (ahead > 0) PrefetchBytes(xp + (r + kPrefetchRows) * h, ahead * h * sizeof(T));
@@ -436,9 +695,26 @@ absl::Status CpuDeviceKernels::LayerNormBackward(const Tensor& dx, const Tensor&
       float* db_acc = want_db ? sums.ZeroedPartial(c, 1) : nullptr;
       const int64_t end = sums.last_row(c);
       int64_t r = sums.first_row(c);
-      // f32 rows go one at a time: with inputs from memory, as in training,
-      // four f32 rows side by side measured slower than one (bench:nn_kernels
-      // --input_sets=24); bf16 rows, widened into scratch first, gain.
+      // bf16 rows go by pairs where they can. f32 rows go one at a time:
+      // with inputs from memory, as in training, f32 rows side by side (four
+      // of them, or two pairs) measured slower than one (bench:nn_kernels
+      // --input_sets=24).
+      if (kIsReduced<T> && NormsRowPairs<T>(h) && dxp != nullptr && want_dw == want_db) {
+        for (; r + 2 * kNormBackwardPairs <= end; r += 2 * kNormBackwardPairs) {
+          const int64_t ahead = std::min<int64_t>(2 * kNormBackwardPairs, rows - kPrefetchRows - r);
+          if (ahead > 0) {
+            PrefetchBytes(gp + (r + kPrefetchRows) * h, ahead * h * sizeof(T));
+            PrefetchBytes(xp + (r + kPrefetchRows) * h, ahead * h * sizeof(T));
+          }
+          LayerNormBackwardRowPairsAny<kNormBackwardPairs>(gp + r * h, xp + r * h, mp + r, rp + r,
+                                                           w, dxp + r * h, dw_acc, db_acc, h);
+        }
+        for (; r + 2 <= end; r += 2) {
+          LayerNormBackwardRowPairsAny<1>(gp + r * h, xp + r * h, mp + r, rp + r, w, dxp + r * h,
+                                          dw_acc, db_acc, h);
+        }
+      }
+      // Elsewhere bf16 rows are widened into scratch four at a time.
       for (; kIsReduced<T> && r + kNormRows <= end; r += kNormRows) {
         const int64_t ahead = std::min<int64_t>(kNormRows, rows - kPrefetchRows - r);
         if (ahead > 0) {
@@ -542,6 +818,17 @@ absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& 
     });
   }
   return absl::OkStatus();
+}
+
+RowKernelsIsa RowKernelsIsaInUse() {
+  return static_cast<RowKernelsIsa>(RowKernelsIsaSetting().load(std::memory_order_relaxed));
+}
+
+void SetRowKernelsIsaForTesting(RowKernelsIsa isa) {
+  const bool avx512 = isa == RowKernelsIsa::kAvx512 && CpuHasAvx512Bf16();
+  RowKernelsIsaSetting().store(
+      static_cast<int>(avx512 ? RowKernelsIsa::kAvx512 : RowKernelsIsa::kPortable),
+      std::memory_order_relaxed);
 }
 
 }  // namespace tpx::cpu
