@@ -98,6 +98,48 @@ TEST(VecMathAvx512Test, GeluGrad16IsScalarGeluGradBitForBit) {
   ExpectBitForBit([](float x) { return GeluGrad(x); }, in, got);
 }
 
+// fnN over `in` N vectors at a time (in place on an array of N), the
+// last group padded with ones.
+template <int N, typename FnN>
+TPX_AVX512F_TARGET std::vector<float> ApplyN(FnN fn, std::vector<float> in) {
+  const size_t n = in.size();
+  while (in.size() % (16 * N) != 0) in.push_back(1.0f);
+  std::vector<float> out(in.size());
+  for (size_t i = 0; i < in.size(); i += 16 * N) {
+    __m512 v[N];
+    for (int k = 0; k < N; ++k) v[k] = _mm512_loadu_ps(in.data() + i + 16 * k);
+    fn(v);
+    for (int k = 0; k < N; ++k) _mm512_storeu_ps(out.data() + i + 16 * k, v[k]);
+  }
+  out.resize(n);
+  return out;
+}
+
+// The forms on several vectors at once are the scalar functions bit for bit
+// as well (each vector's steps are the single vector's).
+template <int N>
+void ExpectNVectorFormsBitForBit() {
+  std::vector<float> exp_in;
+  for (int i = -120000; i <= 100000; i += 7) exp_in.push_back(static_cast<float>(i) / 1000.0f);
+  AddSpecials(exp_in);
+  ExpectBitForBit([](float x) { return Exp(x); }, exp_in,
+                  ApplyN<N>([](__m512(&v)[N]) TPX_AVX512F_TARGET { Exp16N(v); }, exp_in));
+  std::vector<float> in = GeluGrid();
+  ExpectBitForBit([](float x) { return Erf(x); }, in,
+                  ApplyN<N>([](__m512(&v)[N]) TPX_AVX512F_TARGET { Erf16N(v); }, in));
+  ExpectBitForBit([](float x) { return Gelu(x); }, in,
+                  ApplyN<N>([](__m512(&v)[N]) TPX_AVX512F_TARGET { Gelu16N(v); }, in));
+  ExpectBitForBit([](float x) { return GeluGrad(x); }, in,
+                  ApplyN<N>([](__m512(&v)[N]) TPX_AVX512F_TARGET { GeluGrad16N(v); }, in));
+}
+
+TEST(VecMathAvx512Test, NVectorFormsAreTheScalarFunctionsBitForBit) {
+  if (!HasAvx512F()) GTEST_SKIP() << "no AVX-512F on this CPU";
+  ExpectNVectorFormsBitForBit<2>();
+  ExpectNVectorFormsBitForBit<4>();
+  ExpectNVectorFormsBitForBit<8>();
+}
+
 }  // namespace
 }  // namespace tpx::cpu
 #endif
