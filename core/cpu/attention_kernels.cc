@@ -293,28 +293,12 @@ TPX_AVX512F_TARGET void Avx512Transpose(const void* xv, int64_t ldx, int64_t t, 
   }
 }
 
-// ExpRowFn in AVX-512 intrinsics: Exp16N (core/cpu/vec_math_avx512.h) is
+// ExpRowFn in AVX-512 intrinsics: Exp16 (core/cpu/vec_math_avx512.h) is
 // Exp bit for bit at about two thirds of the instructions of the
-// compiler's vectorisation, and the products' rows are whole vectors,
-// taken kExpVectors at a time (a vector's steps depend on each other).
+// compiler's vectorisation, and the products' rows are whole vectors.
 TPX_AVX512F_TARGET void Avx512ExpRow(float* x, int64_t len, int64_t n, float scale, float mx) {
-  constexpr int kExpVectors = 4;
   const __m512 s = _mm512_set1_ps(scale), m = _mm512_set1_ps(mx);
-  int64_t j = 0;
-  for (; j + kExpVectors * kLanes <= n; j += kExpVectors * kLanes) {
-    __m512 e[kExpVectors];
-#pragma GCC unroll 4
-    for (int i = 0; i < kExpVectors; ++i) {
-      e[i] = _mm512_fmsub_ps(s, _mm512_loadu_ps(x + j + i * kLanes), m);
-    }
-    Exp16N(e);
-#pragma GCC unroll 4
-    for (int i = 0; i < kExpVectors; ++i) {
-      const __mmask16 lanes = FirstLanes(len - j - i * kLanes);
-      _mm512_storeu_ps(x + j + i * kLanes, _mm512_maskz_mov_ps(lanes, e[i]));
-    }
-  }
-  for (; j < n; j += kLanes) {
+  for (int64_t j = 0; j < n; j += kLanes) {
     const __mmask16 lanes = FirstLanes(len - j);
     const __m512 e = Exp16(_mm512_fmsub_ps(s, _mm512_loadu_ps(x + j), m));
     _mm512_storeu_ps(x + j, _mm512_maskz_mov_ps(lanes, e));

@@ -328,10 +328,14 @@ TPX_AVX512BF16_TARGET inline void StoreLanes16(T* out, int64_t h, Value&& value)
 
 // Vectors of a row the bias + GeLU rows take at once (Gelu16N,
 // GeluGrad16N): one vector's chain of dependent steps stalled the loop.
-// The best counts measured (bench:nn_kernels); the forward's erf keeps
-// four values per vector live, so eight spilled.
+// The counts that measured best inside GPT training steps at 2 threads on
+// the benchmark host in both of its states. The forward with 4 took 10%
+// less time than with 1. The backward with 2 took 11-14% less in both;
+// with 4 or 8, 24% less while the host ran fast but 10% and 70% more
+// while it ran slow (the whole step about 15% slower, as when the two
+// cores share resources), where the extra in-flight work costs.
 constexpr int kGeluVectors = 4;
-constexpr int kGeluGradVectors = 8;
+constexpr int kGeluGradVectors = 2;
 
 // out[0, 16 N) = v as T (bf16 two vectors to a store, as StoreLanes16).
 template <typename T, int N>
