@@ -350,16 +350,22 @@ TPX_AVX512BF16_TARGET inline void StoreVectors(T* out, const __m512 (&v)[N]) {
   }
 }
 
+// v[i] = x[16 i, 16 i + 16) + b[16 i, 16 i + 16) in f32, for i < N.
+template <typename T, int N>
+TPX_AVX512BF16_TARGET inline void LoadBiasAdded(const T* x, const float* b, __m512 (&v)[N]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < N; ++i) {
+    v[i] = _mm512_add_ps(Lanes16<T>::Load(x + 16 * i), Lanes16<float>::Load(b + 16 * i));
+  }
+}
+
 template <typename T>
 TPX_AVX512BF16_TARGET void BiasGeluRowAvx512(const T* x, const float* b, T* y, int64_t h) {
   constexpr int64_t kStep = 16 * kGeluVectors;
   int64_t j = 0;
   for (; j + kStep <= h; j += kStep) {
     __m512 v[kGeluVectors];
-#pragma GCC unroll 8
-    for (int i = 0; i < kGeluVectors; ++i) {
-      v[i] = _mm512_add_ps(Lanes16<T>::Load(x + j + 16 * i), Lanes16<float>::Load(b + j + 16 * i));
-    }
+    LoadBiasAdded(x + j, b + j, v);
     Gelu16N(v);
     StoreVectors(y + j, v);
   }
@@ -376,10 +382,7 @@ TPX_AVX512BF16_TARGET void BiasGeluBackwardRowAvx512(const T* g, const T* x, con
   int64_t j = 0;
   for (; j + kStep <= h; j += kStep) {
     __m512 v[kGeluGradVectors];
-#pragma GCC unroll 8
-    for (int i = 0; i < kGeluGradVectors; ++i) {
-      v[i] = _mm512_add_ps(Lanes16<T>::Load(x + j + 16 * i), Lanes16<float>::Load(b + j + 16 * i));
-    }
+    LoadBiasAdded(x + j, b + j, v);
     GeluGrad16N(v);
 #pragma GCC unroll 8
     for (int i = 0; i < kGeluGradVectors; ++i) {
