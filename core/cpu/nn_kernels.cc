@@ -1,10 +1,12 @@
 // CPU DeviceKernels: the fused transformer kernels (layer norm forward and
 // backward, scaled and causal softmax forward and backward, bias + GeLU
-// forward and backward). Each walks a
-// row once or twice, reading and writing bf16/f16 in place and computing in
-// f32, instead of the five to twelve passes and temporaries of the composed
-// ops, and rows are split over the kernel threads. Row loops are compiled
-// per ISA (TPX_VECTOR_CLONES).
+// forward and backward). Each walks a row once or twice, reading and
+// writing bf16/f16 in place and computing in f32, instead of the five to
+// twelve passes and temporaries of the composed ops, and rows are split
+// over the kernel threads. Row loops are compiled per ISA
+// (TPX_VECTOR_CLONES); where the CPU has AVX-512 BF16, bias + GeLU and
+// layer norm run in intrinsics with the same bits instead
+// (core/cpu/row_kernels_isa.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
