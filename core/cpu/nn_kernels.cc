@@ -263,6 +263,10 @@ TPX_VECTOR_CLONES TPX_INLINE_CALLS void BiasGeluBackwardRow(const T* g, const T*
 // element. bf16 is widened on loading and rounded on storing to
 // FloatToBF16Array's bits (StoreLanes16).
 
+// The zero-masking forms of the intrinsics take every lane with this: GCC
+// 12 reports the plain ones' undefined pass-through as used uninitialized.
+constexpr __mmask16 kAll = 0xffff;
+
 // Loads 16 values of a row as f32 (and stores f32): whole vectors unmasked
 // (masked loads and stores are slower on the AMD cores measured), the row's
 // last partial vector under its mask.
@@ -281,9 +285,6 @@ struct Lanes16<float> {
 };
 template <>
 struct Lanes16<BF16> {
-  // The zero-masking forms with every lane: GCC 12 reports the plain ones'
-  // undefined pass-through as used uninitialized.
-  static constexpr __mmask16 kAll = 0xffff;
   TPX_AVX512BF16_TARGET static __m512 Widen(__m256i v) {
     const __m512i wide = _mm512_maskz_cvtepu16_epi32(kAll, v);
     return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, wide, 16));
@@ -418,8 +419,7 @@ TPX_AVX512BF16_TARGET void BiasGeluBackwardRowAvx512(const T* g, const T* x, con
 // their widening pass into scratch or rounding through FloatToBF16Array a
 // row at a time. For rows whose length is a multiple of eight.
 
-// Lanes 0-7 and 8-15 of v (in the zero-masking forms: GCC 12 reports the
-// plain ones' undefined pass-through as used uninitialized).
+// Lanes 0-7 and 8-15 of v (in the zero-masking forms, as kAll says).
 TPX_AVX512BF16_TARGET inline __m256 LowHalf(__m512 v) {
   return _mm512_maskz_extractf32x8_ps(0xff, v, 0);
 }
@@ -453,9 +453,6 @@ struct RowPairLanes<BF16> {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b), _mm256_extracti128_si256(r, 1));
   }
 };
-
-// The zero-masking forms with every lane, as in Lanes16<BF16>.
-constexpr __mmask16 kAll = 0xffff;
 
 // Sum8's combination of each half's eight partial sums: lane 0 and lane 8
 // hold ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)) of their half.
@@ -600,26 +597,26 @@ TPX_AVX512BF16_TARGET void LayerNormBackwardRowPairs(const T* g, const T* x, con
 }
 #endif
 
-// RowKernelsIsaInUse(), kept as an int: set once from the environment,
-// and by tests.
-std::atomic<int>& RowKernelsIsaSetting() {
-  static std::atomic<int> isa{[] {
+// RowKernelsIsaInUse(): set once from the environment, and by tests.
+std::atomic<RowKernelsIsa>& RowKernelsIsaSetting() {
+  static std::atomic<RowKernelsIsa> isa{[] {
     const char* env = std::getenv("TPX_ROW_KERNELS_ISA");
     const bool portable = env != nullptr && std::string_view(env) == "portable";
-    return static_cast<int>(CpuHasAvx512Bf16() && !portable ? RowKernelsIsa::kAvx512
-                                                            : RowKernelsIsa::kPortable);
+    return CpuHasAvx512Bf16() && !portable ? RowKernelsIsa::kAvx512 : RowKernelsIsa::kPortable;
   }()};
   return isa;
 }
 
-// Whether element type T runs the intrinsics rows above (f32 and bf16,
-// where RowKernelsIsaInUse() says so).
+// The element types the intrinsics rows above are written for.
+template <typename T>
+inline constexpr bool kAvx512RowType = std::is_same_v<T, float> || std::is_same_v<T, BF16>;
+
+// Whether element type T runs the intrinsics rows (where they were
+// compiled and RowKernelsIsaInUse() says so).
 template <typename T>
 bool UseAvx512Rows() {
 #if defined(TPX_HAVE_AVX512_ROWS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
-    return RowKernelsIsaInUse() == RowKernelsIsa::kAvx512;
-  }
+  if constexpr (kAvx512RowType<T>) return RowKernelsIsaInUse() == RowKernelsIsa::kAvx512;
 #endif
   return false;
 }
@@ -629,7 +626,7 @@ bool UseAvx512Rows() {
 template <typename T>
 void BiasGeluRowAny(const T* x, const float* b, T* y, int64_t h) {
 #if defined(TPX_HAVE_AVX512_ROWS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+  if constexpr (kAvx512RowType<T>) {
     if (UseAvx512Rows<T>()) return BiasGeluRowAvx512(x, b, y, h);
   }
 #endif
@@ -640,14 +637,14 @@ template <typename T>
 void BiasGeluBackwardRowAny(const T* g, const T* x, const float* b, T* dx, float* db_acc,
                             int64_t h) {
 #if defined(TPX_HAVE_AVX512_ROWS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+  if constexpr (kAvx512RowType<T>) {
     if (UseAvx512Rows<T>()) return BiasGeluBackwardRowAvx512(g, x, b, dx, db_acc, h);
   }
 #endif
   BiasGeluBackwardRow(g, x, b, dx, db_acc, h);
 }
 
-// Whether layer-norm rows of h in T go by pairs (LayerNormRowPair).
+// Whether layer-norm rows of h in T go by pairs (LayerNormRowPairs).
 template <typename T>
 bool NormsRowPairs(int64_t h) {
   return h % 8 == 0 && UseAvx512Rows<T>();
@@ -659,7 +656,7 @@ template <int P, typename T>
 void LayerNormRowPairsAny(const T* x, const float* w, const float* b, T* y, int64_t h, float eps,
                           float* mean_out, float* rstd_out) {
 #if defined(TPX_HAVE_AVX512_ROWS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+  if constexpr (kAvx512RowType<T>) {
     LayerNormRowPairs<P>(x, w, b, y, h, eps, mean_out, rstd_out);
   }
 #endif
@@ -669,7 +666,7 @@ template <int P, typename T>
 void LayerNormBackwardRowPairsAny(const T* g, const T* x, const float* mean, const float* rstd,
                                   const float* w, T* dx, float* dw_acc, float* db_acc, int64_t h) {
 #if defined(TPX_HAVE_AVX512_ROWS)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, BF16>) {
+  if constexpr (kAvx512RowType<T>) {
     LayerNormBackwardRowPairs<P>(g, x, mean, rstd, w, dx, dw_acc, db_acc, h);
   }
 #endif
@@ -883,14 +880,13 @@ absl::Status CpuDeviceKernels::BiasGeluBackward(const Tensor& dx, const Tensor& 
 }
 
 RowKernelsIsa RowKernelsIsaInUse() {
-  return static_cast<RowKernelsIsa>(RowKernelsIsaSetting().load(std::memory_order_relaxed));
+  return RowKernelsIsaSetting().load(std::memory_order_relaxed);
 }
 
 void SetRowKernelsIsaForTesting(RowKernelsIsa isa) {
   const bool avx512 = isa == RowKernelsIsa::kAvx512 && CpuHasAvx512Bf16();
-  RowKernelsIsaSetting().store(
-      static_cast<int>(avx512 ? RowKernelsIsa::kAvx512 : RowKernelsIsa::kPortable),
-      std::memory_order_relaxed);
+  RowKernelsIsaSetting().store(avx512 ? RowKernelsIsa::kAvx512 : RowKernelsIsa::kPortable,
+                               std::memory_order_relaxed);
 }
 
 }  // namespace tpx::cpu
