@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/cpu_features.h"
 #include "gtest/gtest.h"
 
 namespace tpx {
@@ -370,21 +371,26 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
 // into two smaller blocks, as 128 and 57 rows have), 48-row chunks,
 // 64-column panels and 512-k slices (one, two and three of them), C wider
 // than tall (split by panels between threads) and taller than wide (split
-// by rows), odd k, padded leading dims, alpha/beta, an unread C at beta 0,
-// f32 and bf16 C, batches, 1 and 2 threads.
+// by rows), a long reduction with a small C (split by k-pairs between
+// threads, odd k too, at 2 and 3 threads), odd k, padded leading dims,
+// alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 to 3 threads.
 TEST(GemmTest, TransposedAMatchesReference) {
   const int before = GemmThreads();
   struct Size {
     int64_t m, n, k;
   };
-  for (int threads : {1, 2}) {
+  const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},  Size{45, 37, 77},
+                                   Size{130, 100, 600}, Size{256, 64, 512}, Size{20, 17, 1100},
+                                   Size{37, 45, 77},    Size{64, 200, 600}, Size{13, 130, 77},
+                                   Size{100, 32, 130},  Size{128, 96, 130}, Size{57, 48, 40},
+                                   Size{40, 24, 777}};
+  for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
       for (DType c : {DType::kF32, ab}) {
-        for (Size sz : {Size{1, 1, 1}, Size{70, 13, 301}, Size{45, 37, 77}, Size{130, 100, 600},
-                        Size{256, 64, 512}, Size{20, 17, 1100}, Size{37, 45, 77},
-                        Size{64, 200, 600}, Size{13, 130, 77}, Size{100, 32, 130},
-                        Size{128, 96, 130}, Size{57, 48, 40}}) {
+        for (Size sz : sizes) {
+          // 3 threads: the long reductions only.
+          if (threads == 3 && sz.k < 777) continue;
           for (float beta : {0.0f, 0.5f}) {
             const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
             ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = sz.m, .n = sz.n,
@@ -398,6 +404,44 @@ TEST(GemmTest, TransposedAMatchesReference) {
                                     .beta = beta, .seed = 90},
                                    tol);
           }
+        }
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
+// Weight gradients in bf16 (A stored transposed) on CPUs with AVX-512 BF16
+// give the same bits at 1, 2 and 3 threads, so training does not depend on
+// the thread count: also where a long reduction is split by k between the
+// threads (these sizes; odd k, f32 and bf16 C, alpha and beta).
+TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
+  const int before = GemmThreads();
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Size sz : {Size{20, 17, 1100}, Size{40, 24, 777}, Size{130, 100, 600}, Size{64, 200, 600},
+                  Size{128, 128, 2048}}) {
+    const int64_t lda = sz.m + 1, ldb = sz.n + 2, ldc = sz.n + 3;
+    std::vector<char> a = Encode(DType::kBF16, Random(sz.k * lda, 70));
+    std::vector<char> b = Encode(DType::kBF16, Random(sz.k * ldb, 71));
+    for (DType c : {DType::kF32, DType::kBF16}) {
+      for (float beta : {0.0f, 0.5f}) {
+        const std::vector<char> c0 = Encode(c, Random(sz.m * ldc, 72));
+        std::vector<std::vector<char>> results;
+        for (int threads : {1, 2, 3}) {
+          SetGemmThreads(threads);
+          std::vector<char> out = c0;
+          ASSERT_TRUE(Gemm(true, false, sz.m, sz.n, sz.k, 1.5f, DType::kBF16, a.data(), lda,
+                           b.data(), ldb, beta, c, out.data(), ldc)
+                          .ok());
+          results.push_back(std::move(out));
+        }
+        for (size_t i = 1; i < results.size(); ++i) {
+          EXPECT_TRUE(results[i] == results[0])
+              << "m=" << sz.m << " n=" << sz.n << " k=" << sz.k << " C " << DTypeName(c)
+              << " beta=" << beta << ": " << i + 1 << " threads differ from 1";
         }
       }
     }
