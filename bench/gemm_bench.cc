@@ -101,10 +101,11 @@ struct Case {
 
 // GEMMs of the default GPT example (tokens 2048 = batch 16 x seq 128,
 // d_model 128, d_ff 512, 4 heads of 32, vocabulary 256: every linear
-// layer's forward, input gradient and weight gradient, and attention's
-// per-head products, which the example's fused attention does not call
-// through Matmul) and of
-// bench:tp_mlp (tokens 2048, hidden 1024, ffn 4096, per rank at TP=2).
+// layer's forward, input gradient and weight gradient at TP=1 and, as
+// each rank runs them, at TP=2 (group gpt_tp2: the main job's shapes), and
+// attention's per-head products, which the example's fused attention does
+// not call through Matmul) and of bench:tp_mlp (tokens 2048, hidden 1024,
+// ffn 4096, per rank at TP=2).
 const std::vector<Case>& Cases() {
   static const auto* cases = new std::vector<Case>{
       {"square", "square1024", 1, 1024, 1024, 1024, false, false},
@@ -131,6 +132,18 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_logits_fwd", 1, 2048, 128, 256, false, true},
       {"gpt", "gpt_logits_dgrad", 1, 2048, 256, 128, false, false},
       {"gpt", "gpt_logits_wgrad", 1, 256, 2048, 128, true, false},
+      {"gpt_tp2", "gpt_tp2_qkv_fwd", 1, 2048, 128, 192, false, true},
+      {"gpt_tp2", "gpt_tp2_qkv_dgrad", 1, 2048, 192, 128, false, false},
+      {"gpt_tp2", "gpt_tp2_qkv_wgrad", 1, 192, 2048, 128, true, false},
+      {"gpt_tp2", "gpt_tp2_proj_fwd", 1, 2048, 64, 128, false, true},
+      {"gpt_tp2", "gpt_tp2_proj_dgrad", 1, 2048, 128, 64, false, false},
+      {"gpt_tp2", "gpt_tp2_proj_wgrad", 1, 128, 2048, 64, true, false},
+      {"gpt_tp2", "gpt_tp2_fc1_fwd", 1, 2048, 128, 256, false, true},
+      {"gpt_tp2", "gpt_tp2_fc1_dgrad", 1, 2048, 256, 128, false, false},
+      {"gpt_tp2", "gpt_tp2_fc1_wgrad", 1, 256, 2048, 128, true, false},
+      {"gpt_tp2", "gpt_tp2_fc2_fwd", 1, 2048, 256, 128, false, true},
+      {"gpt_tp2", "gpt_tp2_fc2_dgrad", 1, 2048, 128, 256, false, false},
+      {"gpt_tp2", "gpt_tp2_fc2_wgrad", 1, 128, 2048, 256, true, false},
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
       {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
