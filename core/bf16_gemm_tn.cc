@@ -539,7 +539,9 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
         uint32_t* buf = scratch + t * words;
         if (t == 0) {
           Product head = SlicesOf(pr, 0, first_later);
-          head.continues = nt > 1;
+          // Always: FinishSplitRows finishes C, also when the team has
+          // one thread and no later slices.
+          head.continues = true;
           RunProduct(head, buf, buf + b_words);
         }
         const int64_t s0 = std::max(SliceBefore(slices, t, nt), first_later);

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -40,9 +41,15 @@ std::atomic<int>& ThreadSetting() {
 
 // oneDNN here runs on OpenMP, whose thread count is a per-calling-thread
 // setting: apply the process-wide value on each thread before its GEMMs.
+// A oneDNN primitive splits its work for the team it was made for and
+// leaves the share of a thread the team came without unwritten, so teams
+// must be as large as asked: no dynamic team sizes (OMP_DYNAMIC lets
+// OpenMP shrink teams on a loaded host) and no more threads than
+// OMP_THREAD_LIMIT allows (GemmThreads() is capped by it).
 void ApplyThreads() {
+  omp_set_dynamic(0);  // on every call: the caller may have turned it on since
   thread_local int applied = -1;
-  const int want = ThreadSetting().load(std::memory_order_relaxed);
+  const int want = GemmThreads();
   if (applied != want) {
     omp_set_num_threads(want);
     applied = want;
@@ -142,7 +149,9 @@ CachedMatmul GetMatmul(const MatmulKey& key) {
 
 absl::Status RunMatmul(MatmulKey key, const void* a, const void* b, void* c,
                        const void* bias = nullptr) {
-  key.threads = omp_get_max_threads();  // as ApplyThreads set it for this thread
+  // As ApplyThreads set it for this thread; 1 inside a parallel region,
+  // where a nested team has one thread.
+  key.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   try {
     CachedMatmul mm = GetMatmul(key);
     const MatmulDescs md = DescsOf(key);
@@ -493,7 +502,9 @@ void SetGemmThreads(int threads) {
   ThreadSetting().store(threads < 1 ? 1 : threads, std::memory_order_relaxed);
 }
 
-int GemmThreads() { return ThreadSetting().load(std::memory_order_relaxed); }
+int GemmThreads() {
+  return std::min(ThreadSetting().load(std::memory_order_relaxed), omp_get_thread_limit());
+}
 
 std::string_view GemmBackendName() { return "onednn"; }
 

@@ -26,7 +26,8 @@
 //
 // Threads: SetGemmThreads(n) applies to all later calls from any thread;
 // the default is the TPX_NUM_THREADS environment variable if set, else all
-// cores.
+// cores; OMP_THREAD_LIMIT caps it. A thread that runs GEMMs has OpenMP's
+// dynamic team sizes turned off (oneDNN needs the team it planned for).
 #ifndef TPX_CORE_GEMM_H_
 #define TPX_CORE_GEMM_H_
 

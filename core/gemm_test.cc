@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -283,7 +284,7 @@ TEST(GemmTest, RowRangesOverThreadsMatchReference) {
       }
     }
     // The calling thread's OpenMP setting is still the GEMM thread count.
-    EXPECT_EQ(omp_get_max_threads(), threads);
+    EXPECT_EQ(omp_get_max_threads(), GemmThreads());
   }
   SetGemmThreads(before);
 }
@@ -546,6 +547,41 @@ TEST(GemmTest, ThreadCountChangeKeepsResults) {
   SetGemmThreads(before);
 }
 
+// Every path (oneDNN's primitive and its row and batch splits, the narrow
+// f32 kernel, the bf16 transposed-A kernel and its split reduction, the
+// f32 transposed-A driver) gives the right product when called from the
+// threads of the caller's own parallel region, whose nested teams have one
+// thread.
+TEST(GemmTest, RunsInsideTheCallersParallelRegion) {
+  const int before = GemmThreads();
+  SetGemmThreads(2);
+  std::vector<Product> products = {{.m = 300, .n = 90, .k = 50, .seed = 110},
+                                   {.batch = 4, .m = 40, .n = 30, .k = 20, .seed = 111},
+                                   {.m = 130, .n = 64, .k = 37, .seed = 112},
+                                   {.ab = DType::kBF16,
+                                    .c = DType::kBF16,
+                                    .ta = true,
+                                    .m = 128,
+                                    .n = 128,
+                                    .k = 2048,
+                                    .seed = 113},
+                                   {.ta = true, .m = 70, .n = 13, .k = 301, .seed = 114}};
+#pragma omp parallel num_threads(2)
+  for (const Product& p : products) {
+    ExpectMatchesReference(p, p.c == DType::kBF16 ? kBF16OutTol : kF32Tol);
+  }
+  SetGemmThreads(before);
+}
+
+// A GEMM turns OpenMP's dynamic team sizes off on its thread, also after
+// the caller turned them on (a smaller team than planned would leave parts
+// of C unwritten).
+TEST(GemmTest, TurnsOffDynamicTeams) {
+  omp_set_dynamic(1);
+  ExpectMatchesReference({.m = 300, .n = 90, .k = 50, .seed = 115}, kF32Tol);
+  EXPECT_EQ(omp_get_dynamic(), 0);
+}
+
 TEST(GemmTest, ThreadSetting) {
   const int before = GemmThreads();
   EXPECT_GE(before, 1);
@@ -553,6 +589,10 @@ TEST(GemmTest, ThreadSetting) {
   EXPECT_EQ(GemmThreads(), 1);
   SetGemmThreads(0);
   EXPECT_EQ(GemmThreads(), 1);
+  // OMP_THREAD_LIMIT caps the setting (//core:gemm_thread_limit_test runs
+  // this file with a limit of 1).
+  SetGemmThreads(3);
+  EXPECT_EQ(GemmThreads(), std::min(3, omp_get_thread_limit()));
   SetGemmThreads(before);
   EXPECT_EQ(GemmBackendName(), "onednn");
 }
