@@ -284,6 +284,17 @@ TEST_P(ElementwiseTest, CompareAndWhereOnLongRows) {
     EXPECT_EQ(MaskedFill(a, mask, -7.0)->ToVector<double>(), filled);
     Tensor three = *TestFull({1}, 3.0, dtype);
     EXPECT_EQ(Where(mask, a, three)->ToVector<double>(), where_scalar_b);
+    // One condition per row ([33, 1], as a row mask broadcasts): whole rows
+    // of a or b, or of the fill.
+    Tensor row_mask = *LtScalar(*a.Narrow(1, 0, 1), 0.0);
+    std::vector<double> row_where, row_filled;
+    for (size_t i = 0; i < av.size(); ++i) {
+      const bool take_a = av[i / 45 * 45] < 0.0;
+      row_where.push_back(take_a ? av[i] : bv[i]);
+      row_filled.push_back(take_a ? -7.0 : av[i]);
+    }
+    EXPECT_EQ(Where(row_mask, a, b)->ToVector<double>(), row_where);
+    EXPECT_EQ(MaskedFill(a, row_mask, -7.0)->ToVector<double>(), row_filled);
   }
 }
 

@@ -1,4 +1,5 @@
 // CPU DeviceKernels: broadcasting binary ops, unary math, where.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -289,6 +290,20 @@ absl::Status CpuDeviceKernels::Where(const Tensor& out, const Tensor& cond, cons
                       if (whole_a && whole_b) return WhereRow<T, false, false>(o, c, x, y, n);
                       if (s[2] == 0 && whole_b) return WhereRow<T, true, false>(o, c, x, y, n);
                       if (whole_a && s[3] == 0) return WhereRow<T, false, true>(o, c, x, y, n);
+                    }
+                    // One condition for the whole row (a [rows, 1] mask, as the
+                    // vocab-parallel embedding's): a copy or a fill of the row.
+                    if (s[0] == sizeof(T) && s[1] == 0) {
+                      const int from = c[0] != 0 ? 2 : 3;
+                      const T* src = reinterpret_cast<const T*>(p[from]);
+                      if (s[from] == sizeof(T)) {
+                        std::memcpy(o, src, n * sizeof(T));
+                        return;
+                      }
+                      if (s[from] == 0) {
+                        std::fill(o, o + n, *src);
+                        return;
+                      }
                     }
                     for (int64_t i = 0; i < n; ++i) {
                       const bool c = *reinterpret_cast<const bool*>(p[1] + i * s[1]);
