@@ -47,6 +47,16 @@
 // TP size gives the medians and the median of the rounds' ratios:
 //   {"bench":"gpt_dtype_ratio","tp":1,"threads_per_rank":2,"rounds":3,
 //    "f32_steady_tokens_per_s":...,"bf16_steady_tokens_per_s":...,"bf16_over_f32":1.61}
+// --vs_pytorch measures, instead, tpx against the PyTorch peer at each TP
+// size of --tps: over --rounds, tpx and the peer under every --pytorch_threads
+// setting (at TP>1 the per-rank one) alternate, each run a fresh process (a
+// round starts with tpx or with the peer in turn), and one line per TP size
+// gives the medians, PyTorch's best setting and tpx over it, counting all
+// steps (the first included) and the steady ones:
+//   {"bench":"gpt_vs_pytorch","tp":1,"dtype":"f32","rounds":3,"tpx_tokens_per_s":...,
+//    "pytorch_tokens_per_s":...,"pytorch_best_threads":"2:2","tpx_over_pytorch":1.52,
+//    "tpx_steady_tokens_per_s":...,"pytorch_steady_tokens_per_s":...,
+//    "tpx_over_pytorch_steady":1.64}
 // Every tpx line carries "wait_policy" ("auto" when the library chose the
 // setting, "environment" otherwise, or the --wait_policies entry),
 // "omp_wait" (the settings in effect) and "contenders".
@@ -99,6 +109,9 @@ ABSL_FLAG(std::string, wait_policies, "",
           "passive, spin, spincount=N.");
 ABSL_FLAG(int, rounds, 1,
           "Rounds of --wait_policies or --dtype_ratio, the runs alternating (1-100).");
+ABSL_FLAG(bool, vs_pytorch, false,
+          "Measure tpx against the PyTorch peer at each TP size of --tps instead: both "
+          "alternating over --rounds, each in a fresh process, with a summary line per TP size.");
 ABSL_FLAG(bool, dtype_ratio, false,
           "Measure tpx's bf16 / f32 steady tokens/s at each TP size of --tps instead: f32 and "
           "bf16 alternating over --rounds, each in a fresh process.");
@@ -248,9 +261,9 @@ int MeasureRank(int tp) {
   return 0;
 }
 
-// Runs the PyTorch peer with one thread setting and copies its JSON line;
-// prints a "skipped" line when it cannot run. False when the setting is
-// malformed.
+// Runs the PyTorch peer with one thread setting and copies its JSON line
+// (also to *output when given); prints a "skipped" line when it cannot run.
+// False when the setting is malformed.
 bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
   std::vector<std::string> parts = absl::StrSplit(setting, ':');
   if (parts.size() == 2 && absl::SimpleAtoi(parts[0], omp) && absl::SimpleAtoi(parts[1], blas) &&
@@ -262,7 +275,7 @@ bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
   return false;
 }
 
-bool RunPytorchPeer(int tp, absl::string_view setting) {
+bool RunPytorchPeer(int tp, absl::string_view setting, std::string* output = nullptr) {
   int omp = 0, blas = 0;
   if (!ParseThreadSetting(setting, &omp, &blas)) return false;
   absl::StatusOr<GptConfig> config = GptConfigFromFlags();
@@ -294,6 +307,7 @@ bool RunPytorchPeer(int tp, absl::string_view setting) {
   bool printed = false;
   while (std::fgets(buf, sizeof(buf), pipe) != nullptr) {
     std::fputs(buf, stdout);
+    if (output != nullptr) output->append(buf);
     printed = true;
   }
   const int rc = pclose(pipe);
@@ -321,13 +335,25 @@ bool WaitPolicySetting(absl::string_view policy, std::string* setting) {
   return true;
 }
 
+// The last value of "key" in JSON lines `text`, or -1.
+double LastValue(absl::string_view text, absl::string_view key) {
+  const std::string quoted = absl::StrCat("\"", key, "\":");
+  double value = -1;
+  for (size_t at = text.find(quoted); at != absl::string_view::npos;
+       at = text.find(quoted, at + 1)) {
+    value = std::strtod(std::string(text.substr(at + quoted.size(), 32)).c_str(), nullptr);
+  }
+  return value;
+}
+
 // Runs this program again with the environment minus the variables named
 // in `drop` (prefixes of "NAME=") plus `add_env`, and argv plus `add_args`
-// (later flags win); copies its output. Returns the last value of "key" it
-// printed, or a negative value when it failed (`what` names it then).
+// (later flags win); copies its output (also to *output when given).
+// Returns the last value of "key" it printed, or a negative value when it
+// failed (`what` names it then).
 double RunSelf(const std::vector<std::string>& drop, const std::vector<std::string>& add_env,
-               const std::vector<std::string>& add_args, const char* key,
-               const std::string& what, int argc, char** argv) {
+               const std::vector<std::string>& add_args, const char* key, const std::string& what,
+               int argc, char** argv, std::string* output = nullptr) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     const absl::string_view entry(*e);
@@ -362,14 +388,14 @@ double RunSelf(const std::vector<std::string>& drop, const std::vector<std::stri
     return -1;
   }
   FILE* out = fdopen(fds[0], "r");
-  const std::string quoted = absl::StrCat("\"", key, "\":");
-  double value = -1;
+  std::string text;
   char buf[4096];
   while (out != nullptr && std::fgets(buf, sizeof(buf), out) != nullptr) {
     std::fputs(buf, stdout);
-    const char* at = std::strstr(buf, quoted.c_str());
-    if (at != nullptr) value = std::strtod(at + quoted.size(), nullptr);
+    text.append(buf);
   }
+  const double value = LastValue(text, key);
+  if (output != nullptr) *output = text;
   std::fflush(stdout);
   if (out != nullptr) fclose(out);
   int status = 0;
@@ -439,6 +465,75 @@ int SweepDtypes(const std::vector<int>& tps, int argc, char** argv) {
         "\"bf16_over_f32\":%.3f}\n",
         tp, std::max(1, GemmThreads() / tp), rounds, Median(runs["f32"]), Median(runs["bf16"]),
         Median(ratios));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+// --vs_pytorch: per TP size, tpx and the PyTorch peer (every setting of
+// `settings` at TP=1, the per-rank one at TP>1) alternating over --rounds,
+// each a fresh process; then one summary line per TP size. Returns the exit
+// code.
+int SweepVsPytorch(const std::vector<int>& tps, const std::vector<std::string>& settings, int argc,
+                   char** argv) {
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  absl::StatusOr<GptConfig> config = GptConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  for (int tp : tps) {
+    std::vector<std::string> peer_settings = settings;
+    if (tp > 1) {
+      const int per_rank = std::max(1, GemmThreads() / tp);
+      peer_settings = {absl::StrCat(per_rank, ":", per_rank)};
+    }
+    std::vector<double> tpx_all, tpx_steady;
+    std::map<std::string, std::vector<double>> peer_all, peer_steady;
+    for (int round = 0; round < rounds; ++round) {
+      for (int i = 0; i < 2; ++i) {
+        if ((i + round) % 2 == 0) {
+          std::string out;
+          const double all =
+              RunSelf({}, {},
+                      {absl::StrCat("--tps=", tp), "--pytorch_threads=", "--vs_pytorch=false",
+                       "--dtype_ratio=false", "--wait_policies=", "--rounds=1"},
+                      "tokens_per_s", absl::StrCat("tpx at TP=", tp), argc, argv, &out);
+          if (all <= 0) return 1;
+          tpx_all.push_back(all);
+          tpx_steady.push_back(LastValue(out, "steady_tokens_per_s"));
+          continue;
+        }
+        for (const std::string& setting : peer_settings) {
+          std::string out;
+          if (!RunPytorchPeer(tp, setting, &out)) return 2;
+          const double all = LastValue(out, "tokens_per_s");
+          if (all <= 0) {
+            std::fprintf(stderr, "gpt bench: the PyTorch peer (%s) gave no figure\n",
+                         setting.c_str());
+            return 1;
+          }
+          peer_all[setting].push_back(all);
+          peer_steady[setting].push_back(LastValue(out, "steady_tokens_per_s"));
+        }
+      }
+    }
+    std::string best;
+    for (const auto& [setting, v] : peer_all) {
+      if (best.empty() || Median(v) > Median(peer_all[best])) best = setting;
+    }
+    double best_steady = -1;
+    for (const auto& [setting, v] : peer_steady) best_steady = std::max(best_steady, Median(v));
+    const double tpx_m = Median(tpx_all), peer_m = Median(peer_all[best]);
+    const double tpx_s = Median(tpx_steady);
+    std::printf(
+        "{\"bench\":\"gpt_vs_pytorch\",\"tp\":%d,\"dtype\":\"%s\",\"rounds\":%d,"
+        "\"tpx_tokens_per_s\":%.1f,\"pytorch_tokens_per_s\":%.1f,"
+        "\"pytorch_best_threads\":\"%s\",\"tpx_over_pytorch\":%.3f,"
+        "\"tpx_steady_tokens_per_s\":%.1f,\"pytorch_steady_tokens_per_s\":%.1f,"
+        "\"tpx_over_pytorch_steady\":%.3f}\n",
+        tp, std::string(DTypeName(config->dtype)).c_str(), rounds, tpx_m, peer_m, best.c_str(),
+        tpx_m / peer_m, tpx_s, best_steady, best_steady > 0 ? tpx_s / best_steady : -1.0);
     std::fflush(stdout);
   }
   return 0;
@@ -526,6 +621,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     tps.push_back(tp);
+  }
+  if (absl::GetFlag(FLAGS_vs_pytorch)) {
+    if (settings.empty() || contend != 0 || absl::GetFlag(FLAGS_dtype_ratio)) {
+      std::fprintf(stderr,
+                   "gpt bench: --vs_pytorch needs --pytorch_threads and no --contend or "
+                   "--dtype_ratio\n");
+      return 2;
+    }
+    std::vector<std::string> peer_settings = absl::StrSplit(settings, ',');
+    return tpx::gpt::SweepVsPytorch(tps, peer_settings, argc, argv);
   }
   if (absl::GetFlag(FLAGS_dtype_ratio)) {
     if (!settings.empty() || contend != 0) {
