@@ -470,6 +470,15 @@ int SweepDtypes(const std::vector<int>& tps, int argc, char** argv) {
   return 0;
 }
 
+// The PyTorch peer's thread settings at one TP size: every --pytorch_threads
+// entry at TP=1; at TP>1, like tpx's ranks, the cores split evenly over the
+// TP processes.
+std::vector<std::string> PeerSettingsFor(int tp, const std::vector<std::string>& settings) {
+  if (tp == 1) return settings;
+  const int per_rank = std::max(1, GemmThreads() / tp);
+  return {absl::StrCat(per_rank, ":", per_rank)};
+}
+
 // --vs_pytorch: per TP size, tpx and the PyTorch peer (every setting of
 // `settings` at TP=1, the per-rank one at TP>1) alternating over --rounds,
 // each a fresh process; then one summary line per TP size. Returns the exit
@@ -483,11 +492,7 @@ int SweepVsPytorch(const std::vector<int>& tps, const std::vector<std::string>& 
     return 2;
   }
   for (int tp : tps) {
-    std::vector<std::string> peer_settings = settings;
-    if (tp > 1) {
-      const int per_rank = std::max(1, GemmThreads() / tp);
-      peer_settings = {absl::StrCat(per_rank, ":", per_rank)};
-    }
+    const std::vector<std::string> peer_settings = PeerSettingsFor(tp, settings);
     std::vector<double> tpx_all, tpx_steady;
     std::map<std::string, std::vector<double>> peer_all, peer_steady;
     for (int round = 0; round < rounds; ++round) {
@@ -646,17 +651,11 @@ int main(int argc, char** argv) {
     if (tpx::launch::RunLocalRanks(tp, [tp] { return tpx::gpt::MeasureRank(tp); }) != 0) ++failures;
   }
   if (!settings.empty()) {
+    const std::vector<std::string> entries = absl::StrSplit(settings, ',');
     for (int tp : tps) {
-      if (tp == 1) {
-        for (absl::string_view s : absl::StrSplit(settings, ',')) {
-          if (!tpx::gpt::RunPytorchPeer(1, s)) return 2;
-        }
-        continue;
+      for (const std::string& setting : tpx::gpt::PeerSettingsFor(tp, entries)) {
+        if (!tpx::gpt::RunPytorchPeer(tp, setting)) return 2;
       }
-      // Like tpx's ranks: the cores split evenly over the TP processes.
-      const int per_rank = std::max(1, tpx::GemmThreads() / tp);
-      const std::string setting = absl::StrCat(per_rank, ":", per_rank);
-      if (!tpx::gpt::RunPytorchPeer(tp, setting)) return 2;
     }
   }
   return failures == 0 ? 0 : 1;

@@ -491,18 +491,18 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
   // its own buffers, without waiting on the others (which a shared host
   // may have descheduled).
   const bool per_thread = batch >= threads;
-  const bool split_k = !per_thread && SplitReduction(product(0, nullptr), threads);
+  const Product first = product(0, nullptr);  // every product has its shape
+  const bool split_k = !per_thread && SplitReduction(first, threads);
   // Per thread: a B slice, an A slice and the sums, in words; every piece
   // a whole number of cache lines.
   const int64_t b_words = kGroupPanels * kPanelStride;
   const int64_t a_words = kSlicePairs * kChunkRows;
   // A bf16 C's running sums; with split_k also each later slice's sums.
   const int64_t mn_words = (m * n + 15) / 16 * 16;
-  const int64_t sum_words = split_k || product(0, nullptr).NeedsSums() ? mn_words : 0;
+  const int64_t sum_words = split_k || first.NeedsSums() ? mn_words : 0;
   const int64_t words = b_words + a_words + sum_words;
   const int64_t later_slices =
-      split_k ? product(0, nullptr).Slices() - SliceBefore(product(0, nullptr).Slices(), 1, threads)
-              : 0;
+      split_k ? first.Slices() - SliceBefore(first.Slices(), 1, threads) : 0;
   const size_t bytes =
       sizeof(uint32_t) * static_cast<size_t>(threads * words + later_slices * mn_words);
   CpuAllocator& alloc = GetCpuAllocator();
