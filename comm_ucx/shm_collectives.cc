@@ -52,6 +52,9 @@ void CopyBlock(void* dst, const void* src, size_t bytes) {
 // Whether [a, a + bytes) and [b, b + bytes) do not overlap.
 bool Disjoint(const char* a, const char* b, size_t bytes) { return a + bytes <= b || b + bytes <= a; }
 
+// Marks the hash of an all-gather whose blocks are read directly.
+constexpr uint64_t kDirectReadsTag = 0x9e3779b97f4a7c15ull;
+
 uint64_t HashCounts(const PerRank& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
   for (int64_t c : counts) {
@@ -125,7 +128,9 @@ class ShmOp {
                         "size mismatch: " + who() + " posted " + std::to_string(h.count * esz) +
                             " bytes where rank " + std::to_string(io_.rank()) + " expected " +
                             std::to_string(want * esz) +
-                            (h.counts_hash != counts_hash ? " or the per-rank counts differ" : "") +
+                            (h.counts_hash != counts_hash
+                                 ? " or the per-rank counts (or the all-gather's path) differ"
+                                 : "") +
                             " (the ranks disagree on a count or shape)");
       }
     }
@@ -329,18 +334,20 @@ bool ShmAllGatherV(OpIo& io, const CollArgs& a, Status* status) {
   const int64_t largest = *std::max_element(a.recv_counts.begin(), a.recv_counts.end());
   // A block through the slots is copied once more than one read directly
   // from the peer's buffer, which costs a system call and pinning the
-  // peer's pages instead. Where the two cores share no cache, the second
-  // copy (of lines the peer just wrote) costs most: measured on 2 ranks,
-  // 32 KiB blocks took 2.2 us through the slots and 4.3 us read directly
-  // on one placement of the ranks, 7.3 and 4.9 us on another. Blocks over
-  // a quarter of a slot are read directly where the ranks can.
+  // peer's pages instead. Where the ranks can read each other, blocks over
+  // largest_slot_block() (a quarter of a slot, or all of it where that
+  // was measured faster) are read directly.
   const size_t block_bytes = largest * esz, slot_bytes = GetTunables().shm_bytes;
-  const bool small = block_bytes <= slot_bytes && (!shm->cma() || 4 * block_bytes <= slot_bytes);
+  const bool small =
+      block_bytes <= slot_bytes && (!shm->cma() || block_bytes <= shm->largest_slot_block());
   if (!small && !shm->cma()) return false;
   char* recv = static_cast<char*>(a.recv);
   const char* send = static_cast<const char*>(a.send);
   const int64_t mine = a.recv_counts[r];
-  const uint64_t hash = HashCounts(a.recv_counts);
+  // The path goes into what peers compare: ranks that took different ones
+  // (which the segment's shared choice rules out) fail instead of reading
+  // a slot nobody wrote.
+  const uint64_t hash = HashCounts(a.recv_counts) ^ (small ? 0 : kDirectReadsTag);
   char* own = recv + a.recv_displs[r] * esz;
   const bool copy_own = mine > 0 && own != send;
   ShmOp op(io, a);

@@ -3,7 +3,9 @@
 //  - small buffers (up to TPX_UCX_SHM_BYTES per rank): every rank copies its
 //    input into its slot, raises its stage, waits for its peers' stages and
 //    reads their slots (all_reduce, all_gather_v, reduce_scatter_v;
-//    all_gather_v only up to half that per block where direct reads work);
+//    all_gather_v only up to a quarter of that per block where direct reads
+//    work, or at two ranks all of it where SharedSegment measured the
+//    slots faster: largest_slot_block());
 //  - larger all_gather_v blocks: every rank posts its send buffer's
 //    address and reads its peers' blocks straight from their memory with
 //    one copy (process_vm_readv, when every rank can), piece by piece

@@ -489,6 +489,33 @@ TEST(ShmTwoRanks, DirectReduceScatterTakesAnyLayout) {
             "");
 }
 
+// All-gather blocks between a quarter of a slot and a whole one: through
+// the slots or read directly, as TPX_UCX_SHM_MID_ALLGATHER forces or as
+// measured, and with rank 1 asking for the other path than rank 0 (rank
+// 0's setting decides for both: a rank that went its own way would read a
+// slot its peer never wrote, or wait for a peer that is not reading).
+TEST(ShmTwoRanks, MidSizeAllGatherBlocksTakeEitherPath) {
+  for (const char* rank0 : {"0", "1", "2"}) {
+    for (const char* rank1 : {"0", "1", "2"}) {
+      RunOptions options = ShmOptions();
+      options.enter_rank_host = [&](int rank) -> std::string {
+        return setenv("TPX_UCX_SHM_MID_ALLGATHER", rank == 0 ? rank0 : rank1, 1) == 0
+                   ? ""
+                   : "setenv failed";
+      };
+      EXPECT_EQ(RunRanks(
+                    2,
+                    [](RankEnv& env) -> std::string {
+                      if (!MapsSegment()) return "no shared-memory segment mapped";
+                      return AllGatherCases(env);
+                    },
+                    options),
+                "")
+          << "rank 0 mode " << rank0 << ", rank 1 mode " << rank1;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorld, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return "World" + std::to_string(info.param); });
 

@@ -16,7 +16,9 @@
 // worked, and the segment is used only when it worked everywhere. The
 // name is unlinked as soon as every rank has answered (by whichever rank
 // maps it last, and by rank 0), so no segment outlives the communicator,
-// even when a rank is killed.
+// even when a rank is killed. At two ranks that can read each other's
+// memory, Create also measures whether mid-size all-gather blocks move
+// faster through the slots or read directly (largest_slot_block()).
 #ifndef TPX_COMM_UCX_SHM_SEGMENT_H_
 #define TPX_COMM_UCX_SHM_SEGMENT_H_
 
@@ -64,6 +66,11 @@ struct alignas(128) ShmControl {
   // segment: a peer running that collective over UCX instead has a
   // different idea of its size. Apart from the lines peers poll.
   alignas(64) std::atomic<uint64_t> last_coll;
+  // Only while the segment is made (SharedSegment::Create measuring the
+  // all-gather paths): the steps this rank has reached, and where its
+  // measured block is in its own address space.
+  alignas(64) std::atomic<uint64_t> setup_step;
+  uint64_t setup_block_addr;
   // Rank `rank`'s stage word for stage `stage` (4 * op + phase): that of
   // the op's parity, which reached `stage` once the rank did.
   std::atomic<uint64_t>& stage_for(uint64_t stage) { return line[(stage >> 2) & 1].stage; }
@@ -90,6 +97,11 @@ class SharedSegment {
   }
   // Whether every rank can read every other rank's memory (CMA).
   bool cma() const { return cma_; }
+  // With cma(): the largest all-gather block that still goes through the
+  // slots; larger ones are read directly. A quarter of a slot, or (two
+  // ranks, where Create measured that faster or TPX_UCX_SHM_MID_ALLGATHER
+  // says so) a whole slot. The same on every rank.
+  size_t largest_slot_block() const { return largest_slot_block_; }
   // Copies `bytes` at `remote` in rank `peer`'s address space to `local`;
   // an error names the peer.
   Status ReadPeer(int peer, uint64_t remote, void* local, size_t bytes) const;
@@ -100,6 +112,15 @@ class SharedSegment {
 
  private:
   SharedSegment() = default;
+  // Two ranks: this rank's best time over a few rounds, in nanoseconds, to
+  // get a freshly written block of `bytes` from its peer through the slots
+  // (copied in by the peer, then out) and read directly; false when the
+  // peer did not keep pace or a read failed.
+  bool MeasureBlockPaths(size_t bytes, int64_t* via_slots_ns, int64_t* direct_ns);
+  // Sets largest_slot_block_ (every rank the same), collectively over the
+  // store, after every rank has mapped the segment.
+  Status ChooseAllGatherPaths(const tpx_comm_config_v1_t& config, const std::string& prefix,
+                              char rank0_mode);
 
   int rank_ = 0;
   int size_ = 0;
@@ -109,6 +130,7 @@ class SharedSegment {
   ShmControl* controls_ = nullptr;
   char* data_ = nullptr;
   bool cma_ = false;
+  size_t largest_slot_block_ = 0;
   std::vector<int> pids_;
   uint64_t ops_ = 0;
 };

@@ -45,6 +45,12 @@ const Tunables& GetTunables() {
     t.cma = EnvInt("TPX_UCX_CMA", 1) != 0;
     t.cma_chunk_bytes = static_cast<size_t>(
         AtLeast("TPX_UCX_CMA_CHUNK_BYTES", EnvInt("TPX_UCX_CMA_CHUNK_BYTES", 1 << 20), 64));
+    t.shm_mid_allgather = EnvInt("TPX_UCX_SHM_MID_ALLGATHER", 0);
+    if (t.shm_mid_allgather > 2) {
+      TPX_PLUGIN_LOG(WARNING) << "ucx: TPX_UCX_SHM_MID_ALLGATHER=" << t.shm_mid_allgather
+                              << " is not 0, 1 or 2; using 0";
+      t.shm_mid_allgather = 0;
+    }
     return t;
   }();
   return tunables;

@@ -30,6 +30,12 @@
 //                          all-gathers (from a quarter of it per rank) read
 //                          peers' buffers directly (CMA)
 // TPX_UCX_CMA             0 turns those direct reads off (default 1)
+// TPX_UCX_SHM_MID_ALLGATHER  at 2 ranks with direct reads, the all-gather
+//                          blocks from a quarter of TPX_UCX_SHM_BYTES up to
+//                          all of it: 0 measures both ways when the
+//                          communicator is made and takes the faster
+//                          (default), 1 through the segment, 2 read
+//                          directly; rank 0's setting decides
 // TPX_UCX_CMA_CHUNK_BYTES  an all-gather reads each peer's block in pieces
 //                          this large, copying its own block piece by piece
 //                          between them (default 1 MiB, minimum 64)
@@ -58,6 +64,7 @@ struct Tunables {
   size_t shm_bytes;
   bool cma;
   size_t cma_chunk_bytes;
+  int64_t shm_mid_allgather;  // 0 measure, 1 through the segment, 2 direct
 };
 
 const Tunables& GetTunables();
