@@ -59,10 +59,11 @@ TEST_F(CudaFusedKernelsTest, LayerNormForwardAndBackwardMatchCpu) {
   struct Case {
     int64_t rows, h;
   };
-  // Warp rows in single elements and in packs, block rows in packs and in
+  // Warp rows in single elements and in packs (the forward holding 1, 2
+  // and 4 packs per lane in registers, the last one short), block rows in packs and in
   // single elements, many row chunks of the column sums, two column tiles.
-  for (const Case& c :
-       {Case{5, 7}, Case{9, 64}, Case{6, 2056}, Case{4, 1500}, Case{1000, 24}, Case{40, 4096}}) {
+  for (const Case& c : {Case{5, 7}, Case{9, 64}, Case{7, 512}, Case{5, 1024}, Case{3, 776},
+                        Case{6, 2056}, Case{4, 1500}, Case{1000, 24}, Case{40, 4096}}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (int64_t skip : {0, 1}) {
         for (bool affine : {true, false}) {
@@ -125,9 +126,11 @@ TEST_F(CudaFusedKernelsTest, ScaledSoftmaxForwardAndBackwardMatchCpu) {
     int64_t batch, m, n;
     bool causal;
   };
-  // [1, 6, 3] causal: rows 0-2 see no column (all 0).
+  // [1, 6, 3] causal: rows 0-2 see no column (all 0). The forward holds
+  // warp rows in registers as 1, 2 and 4 packs per lane (causal rows fewer).
   for (const Case& c :
-       {Case{2, 3, 5, true}, Case{3, 9, 64, true}, Case{2, 5, 1100, true}, Case{2, 4, 1032, true},
+       {Case{2, 3, 5, true}, Case{3, 9, 64, true}, Case{2, 40, 512, true}, Case{1, 33, 1024, true},
+        Case{2, 5, 808, false}, Case{2, 5, 1100, true}, Case{2, 4, 1032, true},
         Case{2, 7, 16, false}, Case{1, 6, 3, true}, Case{2, 3, 2000, false}}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (int64_t skip : {0, 1}) {

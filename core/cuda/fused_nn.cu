@@ -40,50 +40,96 @@ __device__ __forceinline__ float GeluGrad(float z) {
   return cdf + z * pdf;
 }
 
+// ---- A lane's units of one row. ----
+
+// The units u = Lane(), Lane() + G, ... below `units` of one row, for the
+// passes of a row kernel: f(u, v) with v the unit's U values. With N > 0
+// (a warp per row and at most N units per lane) the lane loads all its
+// units into registers at once: the row's loads are in flight together,
+// later passes read registers instead of reloading the row, and a pass can
+// leave values for the next (the softmax's exponentials). On an H200 the
+// forward layer norm went from 0.59-0.62 to 0.69 of a copy's bandwidth and
+// the causal softmax from 0.65 to 0.80 (bf16 0.34 to 0.41). The backward
+// kernels, which would hold two rows, ran up to 8% slower that way and
+// reload theirs. N = 0 loads each unit in each pass.
+template <typename T, int U, int G, int N>
+class LaneUnits {
+ public:
+  static_assert(N == 0 || G == kWarp, "only warp rows are held in registers");
+  // Whether what a pass writes into a unit's values is what the next pass
+  // gets (N > 0); else each pass gets the row as loaded.
+  static constexpr bool kHeld = N > 0;
+  __device__ LaneUnits(const T* row, int64_t units) : row_(row), units_(units) {
+    if constexpr (N > 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int64_t u = RowGroup<G>::Lane() + static_cast<int64_t>(i) * G;
+        if (u < units_) LoadUnit<U>(row_ + u * U, v_[i]);
+      }
+    }
+  }
+  template <typename F>
+  __device__ void ForEach(F f) {
+    // f may change v: see kHeld.
+    if constexpr (N > 0) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int64_t u = RowGroup<G>::Lane() + static_cast<int64_t>(i) * G;
+        if (u < units_) f(u, v_[i]);
+      }
+    } else {
+      for (int64_t u = RowGroup<G>::Lane(); u < units_; u += G) {
+        float v[U];
+        LoadUnit<U>(row_ + u * U, v);
+        f(u, v);
+      }
+    }
+  }
+
+ private:
+  const T* row_;
+  int64_t units_;
+  float v_[N > 0 ? N : 1][U];
+};
+
 // ---- Layer norm. ----
 
 // mean, then the mean of squared deviations, then y; one row per group.
-template <typename T, int U, int G>
+template <typename T, int U, int G, int N>
 __global__ void LayerNormKernel(const T* x, const float* w, const float* b, T* y, float* mean,
                                 float* rstd, int64_t rows, int64_t h, float eps) {
   using Group = RowGroup<G>;
   const int64_t units = h / U;
   for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
-    const T* xr = x + row * h;
     T* yr = y + row * h;
+    LaneUnits<T, U, G, N> xs(x + row * h, units);
     float sum = 0.0f;
-    for (int64_t u = Group::Lane(); u < units; u += G) {
-      float v[U];
-      LoadUnit<U>(xr + u * U, v);
+    xs.ForEach([&](int64_t, const float(&v)[U]) {
 #pragma unroll
       for (int k = 0; k < U; ++k) sum += v[k];
-    }
+    });
     const float m = Group::Reduce(sum, AddOp{}) / static_cast<float>(h);
     float sq = 0.0f;
-    for (int64_t u = Group::Lane(); u < units; u += G) {
-      float v[U];
-      LoadUnit<U>(xr + u * U, v);
+    xs.ForEach([&](int64_t, const float(&v)[U]) {
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         const float c = v[k] - m;
         sq += c * c;
       }
-    }
+    });
     const float rs = 1.0f / sqrtf(Group::Reduce(sq, AddOp{}) / static_cast<float>(h) + eps);
-    for (int64_t u = Group::Lane(); u < units; u += G) {
-      float v[U], wv[U], bv[U];
-      LoadUnit<U>(xr + u * U, v);
+    xs.ForEach([&](int64_t u, const float(&v)[U]) {
+      float o[U], wv[U], bv[U];
       if (w != nullptr) LoadUnit<U>(w + u * U, wv);
       if (b != nullptr) LoadUnit<U>(b + u * U, bv);
 #pragma unroll
       for (int k = 0; k < U; ++k) {
-        float o = (v[k] - m) * rs;
-        if (w != nullptr) o = o * wv[k];
-        if (b != nullptr) o = o + bv[k];
-        v[k] = o;
+        o[k] = (v[k] - m) * rs;
+        if (w != nullptr) o[k] = o[k] * wv[k];
+        if (b != nullptr) o[k] = o[k] + bv[k];
       }
-      StoreUnit<U>(yr + u * U, v);
-    }
+      StoreUnit<U>(yr + u * U, o);
+    });
     if (Group::Lane() == 0) {
       mean[row] = m;
       rstd[row] = rs;
@@ -306,52 +352,55 @@ __device__ __forceinline__ float SoftmaxShift(float max) {
 
 // Row r = (b, i) sees columns [0, valid), valid = clamp(i + 1 + n - m, 0,
 // n) when causal; units wholly past valid are not read.
-template <typename T, int U, int G>
+template <typename T, int U, int G, int N>
 __global__ void ScaledSoftmaxKernel(const T* in, T* out, int64_t rows, int64_t m, int64_t n,
                                     float scale, bool causal) {
   using Group = RowGroup<G>;
   const int64_t units = n / U;
   for (int64_t row = Group::FirstRow(); row < rows; row += Group::RowStride()) {
-    const T* xr = in + row * n;
     T* yr = out + row * n;
     int64_t valid = n;
     if (causal) {
       valid = row % m + 1 + n - m;
       valid = valid < 0 ? 0 : (valid > n ? n : valid);
     }
+    const int64_t read = (valid + U - 1) / U;
+    using Units = LaneUnits<T, U, G, N>;
+    Units xs(in + row * n, read);
     float mx = -INFINITY;
-    for (int64_t u = Group::Lane(); u * U < valid; u += G) {
-      float v[U];
-      LoadUnit<U>(xr + u * U, v);
+    xs.ForEach([&](int64_t u, const float(&v)[U]) {
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         if (u * U + k < valid) mx = MaxPropagateNaN(mx, scale * v[k]);
       }
-    }
+    });
     const float shift = SoftmaxShift(Group::Reduce(mx, MaxOp{}));
     float sum = 0.0f;
-    for (int64_t u = Group::Lane(); u * U < valid; u += G) {
-      float v[U];
-      LoadUnit<U>(xr + u * U, v);
+    // Held rows keep each exponential for the last pass.
+    xs.ForEach([&](int64_t u, float(&v)[U]) {
 #pragma unroll
       for (int k = 0; k < U; ++k) {
-        if (u * U + k < valid) sum += expf(scale * v[k] - shift);
-      }
-    }
-    const float inv = 1.0f / Group::Reduce(sum, AddOp{});
-    for (int64_t u = Group::Lane(); u < units; u += G) {
-      float v[U];
-      if (u * U < valid) {
-        LoadUnit<U>(xr + u * U, v);
-#pragma unroll
-        for (int k = 0; k < U; ++k) {
-          v[k] = u * U + k < valid ? expf(scale * v[k] - shift) * inv : 0.0f;
+        if (u * U + k < valid) {
+          const float e = expf(scale * v[k] - shift);
+          sum += e;
+          if constexpr (Units::kHeld) v[k] = e;
         }
-      } else {
-#pragma unroll
-        for (int k = 0; k < U; ++k) v[k] = 0.0f;
       }
-      StoreUnit<U>(yr + u * U, v);
+    });
+    const float inv = 1.0f / Group::Reduce(sum, AddOp{});
+    xs.ForEach([&](int64_t u, const float(&v)[U]) {
+      float o[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) {
+        const float e = Units::kHeld ? v[k] : expf(scale * v[k] - shift);
+        o[k] = u * U + k < valid ? e * inv : 0.0f;
+      }
+      StoreUnit<U>(yr + u * U, o);
+    });
+    // The units past the causal edge are zeros, never read.
+    for (int64_t u = read + (Group::Lane() - read % G + G) % G; u < units; u += G) {
+      const float zeros[U] = {};
+      StoreUnit<U>(yr + u * U, zeros);
     }
   }
 }
@@ -385,6 +434,20 @@ __global__ void ScaledSoftmaxBackwardKernel(const T* g, const T* y, T* dx, int64
   }
 }
 
+// fn(std::integral_constant<int, N>{}) with the units per lane that
+// LaneUnits holds in registers for rows of `units` units of U elements, one
+// row per group of G threads: up to 4 (rows up to 1024 elements in whole
+// packs, on a warp), else 0 (pass by pass).
+template <int U, int G, typename Fn>
+cudaError_t WithLaneUnits(int64_t units, Fn&& fn) {
+  if constexpr (G == kWarp && U > 1) {
+    if (units <= kWarp) return fn(std::integral_constant<int, 1>{});
+    if (units <= 2 * kWarp) return fn(std::integral_constant<int, 2>{});
+    if (units <= 4 * kWarp) return fn(std::integral_constant<int, 4>{});
+  }
+  return fn(std::integral_constant<int, 0>{});
+}
+
 }  // namespace
 
 int64_t ColumnSumChunks(int64_t rows, int64_t h) {
@@ -411,9 +474,12 @@ cudaError_t LaunchLayerNorm(DType dtype, const void* x, const float* weight, con
     return WithUnit(RowsPackable(h, xp, yp, weight, bias), [&](auto unit) {
       return WithRowGroup(h, [&](auto group) {
         constexpr int U = decltype(unit)::value, G = decltype(group)::value;
-        LayerNormKernel<T, U, G><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
-            xp, weight, bias, yp, mean, rstd, rows, h, eps);
-        return cudaGetLastError();
+        return WithLaneUnits<U, G>(h / U, [&](auto cached) {
+          constexpr int N = decltype(cached)::value;
+          LayerNormKernel<T, U, G, N><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
+              xp, weight, bias, yp, mean, rstd, rows, h, eps);
+          return cudaGetLastError();
+        });
       });
     });
   });
@@ -477,9 +543,12 @@ cudaError_t LaunchScaledSoftmax(DType dtype, const void* in, void* out, int64_t 
     return WithUnit(RowsPackable(n, xp, yp), [&](auto unit) {
       return WithRowGroup(n, [&](auto group) {
         constexpr int U = decltype(unit)::value, G = decltype(group)::value;
-        ScaledSoftmaxKernel<T, U, G>
-            <<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(xp, yp, rows, m, n, scale, causal);
-        return cudaGetLastError();
+        return WithLaneUnits<U, G>(n / U, [&](auto cached) {
+          constexpr int N = decltype(cached)::value;
+          ScaledSoftmaxKernel<T, U, G, N>
+              <<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(xp, yp, rows, m, n, scale, causal);
+          return cudaGetLastError();
+        });
       });
     });
   });
