@@ -254,11 +254,16 @@ __global__ void ColumnTotalKernel(const float* partial, int64_t chunks, int64_t 
   }
 }
 
-// ---- Bias + GeLU (column tiles as above; bias loaded once per thread). ----
+// ---- Bias + GeLU, two ways. On an H200, f32 [16384, 4096]: 0.97 of a
+// copy's bandwidth walking the tensor flat against 0.70-0.72 by column
+// tiles; bf16: 0.61-0.63 flat against 0.68-0.69 by column tiles, where
+// the per-unit bias costs more than the walk saves (GeLU's erf already
+// holds bf16 below the bandwidth). ----
 
+// Column tiles as above, the bias loaded once per thread.
 template <typename T, int U>
-__global__ void BiasGeluKernel(const T* x, const T* bias, T* y, int64_t rows, int64_t h,
-                               int64_t chunk_rows) {
+__global__ void BiasGeluColumnsKernel(const T* x, const T* bias, T* y, int64_t rows, int64_t h,
+                                      int64_t chunk_rows) {
   const int64_t col = OwnColumn<U>();
   if (col >= h) return;
   float b[U];
@@ -271,6 +276,27 @@ __global__ void BiasGeluKernel(const T* x, const T* bias, T* y, int64_t rows, in
 #pragma unroll
     for (int k = 0; k < U; ++k) v[k] = Gelu(v[k] + b[k]);
     StoreUnit<U>(y + r * h + col, v);
+  }
+}
+
+// A grid-stride walk over the units of [rows, h] as one flat tensor (as
+// the elementwise kernels walk theirs), each unit's bias read beside it
+// from cache.
+template <typename T, int U>
+__global__ void BiasGeluFlatKernel(const T* x, const T* bias, T* y, int64_t units,
+                                   int64_t row_units) {
+  // The unit's column: a 32-bit remainder where the units allow (a 64-bit
+  // one costs several times as many instructions).
+  const bool narrow = units <= INT32_MAX;
+  for (int64_t u = GlobalThread(); u < units; u += GridThreads()) {
+    const int64_t col =
+        narrow ? static_cast<int32_t>(u) % static_cast<int32_t>(row_units) : u % row_units;
+    float v[U], b[U];
+    LoadUnit<U>(x + u * U, v);
+    LoadUnit<U>(bias + col * U, b);
+#pragma unroll
+    for (int k = 0; k < U; ++k) v[k] = Gelu(v[k] + b[k]);
+    StoreUnit<U>(y + u * U, v);
   }
 }
 
@@ -583,9 +609,15 @@ cudaError_t LaunchBiasGelu(DType dtype, const void* x, const void* bias, void* y
     T* yp = static_cast<T*>(y);
     return WithUnit(RowsPackable(h, xp, bp, yp), [&](auto unit) {
       constexpr int U = decltype(unit)::value;
-      const ColumnGrid grid = ColumnGridFor(rows, h, U);
-      BiasGeluKernel<T, U>
-          <<<grid.blocks, grid.threads, 0, stream>>>(xp, bp, yp, rows, h, grid.chunk_rows);
+      if constexpr (sizeof(T) == 4) {
+        const int64_t units = rows * h / U;
+        BiasGeluFlatKernel<T, U>
+            <<<BlocksFor(units), kThreads, 0, stream>>>(xp, bp, yp, units, h / U);
+      } else {
+        const ColumnGrid grid = ColumnGridFor(rows, h, U);
+        BiasGeluColumnsKernel<T, U>
+            <<<grid.blocks, grid.threads, 0, stream>>>(xp, bp, yp, rows, h, grid.chunk_rows);
+      }
       return cudaGetLastError();
     });
   });
