@@ -49,8 +49,8 @@ ABSL_FLAG(std::string, openblas_core, "auto",
           "restarts itself without the host's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which "
           "OpenBLAS reads when it loads) or env (as the environment says).");
 ABSL_FLAG(std::string, cases, "all",
-          "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes); or "
-          "case names (gpt_attn_dv,...).");
+          "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes), gpt_tp2, "
+          "decode (one to four rows; not in all); or case names (gpt_attn_dv,...).");
 
 namespace tpx {
 namespace {
@@ -147,6 +147,18 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
       {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
+      // Decoding steps: one token (and four) through the GPT example's
+      // layers and logits, and through bench:decode's d_model 512 model.
+      // Bound by reading the weights, not by the FMA peak: only with
+      // --cases=decode, and left out of the gemm_min lines.
+      {"decode", "decode_qkv", 1, 1, 128, 384, false, true},
+      {"decode", "decode_proj", 1, 1, 128, 128, false, true},
+      {"decode", "decode_fc1", 1, 1, 128, 512, false, true},
+      {"decode", "decode_fc2", 1, 1, 512, 128, false, true},
+      {"decode", "decode_logits", 1, 1, 128, 256, false, true},
+      {"decode", "decode4_qkv", 1, 4, 128, 384, false, true},
+      {"decode", "decode_d512_qkv", 1, 1, 512, 1536, false, true},
+      {"decode", "decode_d512_fc2", 1, 1, 2048, 512, false, true},
   };
   return *cases;
 }
@@ -158,9 +170,12 @@ Shape Stored(int64_t batch, int64_t rows, int64_t cols, bool trans) {
   return s;
 }
 
-// Whether --cases names the case or its group.
+bool IsDecode(const Case& c) { return std::string(c.group) == "decode"; }
+
+// Whether --cases names the case or its group ("all": every group but
+// decode).
 bool Selected(const std::string& cases, const Case& c) {
-  if (cases == "all") return true;
+  if (cases == "all") return !IsDecode(c);
   for (absl::string_view entry : absl::StrSplit(cases, ',', absl::SkipEmpty())) {
     if (entry == c.group || entry == c.name) return true;
   }
@@ -231,7 +246,9 @@ int Main() {
         const double peak_gflops = dtype == DType::kF32 ? peak.f32_gflops : peak.bf16_gflops;
         auto frac = [&](double g) { return peak_gflops > 0 ? g / peak_gflops : 0.0; };
         Worst& w = worst[dtype == DType::kF32 ? 0 : 1];
-        if (w.name == nullptr || frac(tpx_gflops) < w.frac) w = {s.name, frac(tpx_gflops)};
+        if (!IsDecode(s) && (w.name == nullptr || frac(tpx_gflops) < w.frac)) {
+          w = {s.name, frac(tpx_gflops)};
+        }
         std::string line = absl::StrFormat(
             "{\"case\":\"%s\",\"shape\":\"%dx%dx%d\",\"op\":\"%c%c\",\"batch\":%d,"
             "\"threads\":%d,\"dtype\":\"%s\",\"tpx_gflops\":%.1f,\"openblas_gflops\":%.1f,"

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
 #include "core/bf16_gemm_tn.h"
+#include "core/few_rows_gemm.h"
 #include "core/small_gemm.h"
 #include "core/status_macros.h"
 #include "oneapi/dnnl/dnnl.hpp"
@@ -398,6 +399,12 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         }
       }
     }
+    return absl::OkStatus();
+  }
+  if (ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f &&
+      FewRowsGemmF32Applies(trans_a, trans_b, m)) {
+    FewRowsGemmF32(m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
+                   static_cast<float*>(c), ldc);
     return absl::OkStatus();
   }
   if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {

@@ -365,6 +365,43 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
   SetGemmThreads(before);
 }
 
+// f32 products of one to four rows with B stored transposed (a decoding
+// step's linear layers) take core/few_rows_gemm.h's dot products on
+// AVX-512 CPUs: reductions shorter than a vector, not a multiple of one,
+// and long; B's rows in and out of steps of four; padded leading dims; a
+// B large enough to be split between two threads, which must give the same
+// bits as one thread.
+TEST(GemmTest, FewRowsF32MatchesReferenceAndIsTheSameAtAnyThreadCount) {
+  const int before = GemmThreads();
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (int64_t m : {1, 2, 3, 4}) {
+      for (int64_t k : {1, 15, 16, 37, 128}) {
+        for (int64_t n : {1, 5, 64, 385}) {
+          ExpectMatchesReference(
+              {.tb = true, .m = m, .n = n, .k = k, .pad_a = 3, .pad_b = 5, .pad_c = 2, .seed = 70},
+              kF32Tol);
+        }
+      }
+      ExpectMatchesReference({.tb = true, .m = m, .n = 2103, .k = 130, .pad_b = 1, .seed = 71},
+                             kF32Tol);
+    }
+  }
+  // 2103 x 130 is past the size that splits B: bit-equal at 1 and 2 threads.
+  const int64_t m = 3, n = 2103, k = 130;
+  const std::vector<float> a = Random(m * k, 72), b = Random(n * k, 73);
+  std::vector<float> one(m * n), two(m * n);
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    std::vector<float>& c = threads == 1 ? one : two;
+    ASSERT_TRUE(Gemm(false, true, m, n, k, 1.0f, DType::kF32, a.data(), k, b.data(), k, 0.0f,
+                     DType::kF32, c.data(), n)
+                    .ok());
+  }
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+  SetGemmThreads(before);
+}
+
 // Products with A stored transposed and B not (weight gradients) take
 // their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
 // kernel for bf16 where the CPU has it (core/bf16_gemm_tn.h). Sizes off its
