@@ -197,12 +197,17 @@ std::vector<float> WidenF16(const void* src, int64_t rows, int64_t cols, int64_t
   return out;
 }
 
+// C = op(A) op(B) all in f32 (alpha 1, beta 0): what tpx's own f32 kernels
+// compute.
+bool PlainF32(float alpha, DType ab_dtype, float beta, DType c_dtype) {
+  return ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f;
+}
+
 // f32 products with a narrow C go to core/small_gemm.h's kernel, where
 // oneDNN's f32 kernels are at about half the FMA peak.
 bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DType ab_dtype,
                   float beta, DType c_dtype) {
-  return ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f &&
-         SmallGemmF32Applies(trans_b, m, n, k);
+  return PlainF32(alpha, ab_dtype, beta, c_dtype) && SmallGemmF32Applies(trans_b, m, n, k);
 }
 
 // Which implementation runs one product (after the narrow-output kernel).
@@ -401,8 +406,7 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     }
     return absl::OkStatus();
   }
-  if (ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f &&
-      FewRowsGemmF32Applies(trans_a, trans_b, m)) {
+  if (PlainF32(alpha, ab_dtype, beta, c_dtype) && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
     FewRowsGemmF32(m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
                    static_cast<float*>(c), ldc);
     return absl::OkStatus();

@@ -152,6 +152,26 @@ __device__ __forceinline__ void LoadBackwardUnit(const T* gr, const T* xr, const
   }
 }
 
+// A unit's terms of the two row sums dx needs: s1 += g w, s2 += g w xhat.
+// Both backward kernels take them from here, so their dx has the same bits.
+template <int U>
+__device__ __forceinline__ void AddDxSums(const float (&gv)[U], const float (&xv)[U],
+                                          const float (&wv)[U], float mr, float rs, float& s1,
+                                          float& s2) {
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const float d = gv[k] * wv[k];
+    s1 += d;
+    s2 += d * ((xv[k] - mr) * rs);
+  }
+}
+
+// One element of dx from the row's means m1 = mean(g w), m2 = mean(g w xhat).
+__device__ __forceinline__ float LayerNormDx(float g, float w, float xhat, float rs, float m1,
+                                             float m2) {
+  return rs * (g * w - m1 - xhat * m2);
+}
+
 // dx = rstd * (g w - mean(g w) - xhat * mean(g w xhat)) per row; w null
 // stands for ones.
 template <typename T, int U, int G>
@@ -168,12 +188,7 @@ __global__ void LayerNormBackwardKernel(const T* g, const T* x, const float* mea
     for (int64_t u = Group::Lane(); u < units; u += G) {
       float gv[U], xv[U], wv[U];
       LoadBackwardUnit<U>(gr, xr, w, u, gv, xv, wv);
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const float d = gv[k] * wv[k];
-        s1 += d;
-        s2 += d * ((xv[k] - mr) * rs);
-      }
+      AddDxSums<U>(gv, xv, wv, mr, rs, s1, s2);
     }
     const float m1 = Group::Reduce(s1, AddOp{}) / static_cast<float>(h);
     const float m2 = Group::Reduce(s2, AddOp{}) / static_cast<float>(h);
@@ -182,10 +197,7 @@ __global__ void LayerNormBackwardKernel(const T* g, const T* x, const float* mea
       float gv[U], xv[U], wv[U];
       LoadBackwardUnit<U>(gr, xr, w, u, gv, xv, wv);
 #pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const float xhat = (xv[k] - mr) * rs;
-        gv[k] = rs * (gv[k] * wv[k] - m1 - xhat * m2);
-      }
+      for (int k = 0; k < U; ++k) gv[k] = LayerNormDx(gv[k], wv[k], (xv[k] - mr) * rs, rs, m1, m2);
       StoreUnit<U>(dr + u * U, gv);
     }
   }
@@ -220,12 +232,7 @@ __global__ void LayerNormBackwardFusedKernel(const T* g, const T* x, const float
       if (u >= units) continue;
       float gv[U], xv[U], wv[U];
       LoadBackwardUnit<U>(gr, xr, w, u, gv, xv, wv);
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const float d = gv[k] * wv[k];
-        s1 += d;
-        s2 += d * ((xv[k] - mr) * rs);
-      }
+      AddDxSums<U>(gv, xv, wv, mr, rs, s1, s2);
     }
     const float m1 = WarpReduce(s1, AddOp{}) / static_cast<float>(h);
     const float m2 = WarpReduce(s2, AddOp{}) / static_cast<float>(h);
@@ -239,7 +246,7 @@ __global__ void LayerNormBackwardFusedKernel(const T* g, const T* x, const float
 #pragma unroll
       for (int k = 0; k < U; ++k) {
         const float xhat = (xv[k] - mr) * rs;
-        out[k] = rs * (gv[k] * wv[k] - m1 - xhat * m2);
+        out[k] = LayerNormDx(gv[k], wv[k], xhat, rs, m1, m2);
         dw[i][k] += gv[k] * xhat;
         db[i][k] += gv[k];
       }
