@@ -604,12 +604,15 @@ cudaError_t LaunchLayerNormBackward(DType dtype, const void* grad, const void* x
                        (dweight != nullptr || dbias != nullptr) && h <= kWarpRowMax &&
                        RowsPackable(h, gp, xp, dxp, weight) &&
                        AllPackAligned(dw_partial, db_partial);
+    // Rows of partials the column totals add.
+    int64_t chunks = 0;
     if (fused) {
-      const int64_t chunks = ColumnSumChunks(rows, h);
+      chunks = ColumnSumChunks(rows, h);
       const cudaError_t rc = WithLaneUnits<kPack, kWarp>(h / kPack, [&](auto cached) {
         constexpr int N = decltype(cached)::value;
-        if constexpr (N == 0) {
-          return cudaErrorInvalidValue;  // not for rows of at most kWarpRowMax in packs
+        // Neither case reaches here (f32 rows of at most kWarpRowMax in packs).
+        if constexpr (N == 0 || sizeof(T) != 4) {
+          return cudaErrorInvalidValue;
         } else {
           const unsigned blocks = static_cast<unsigned>((chunks * kWarp + kThreads - 1) / kThreads);
           LayerNormBackwardFusedKernel<T, N><<<blocks, kThreads, 0, stream>>>(
@@ -618,37 +621,32 @@ cudaError_t LaunchLayerNormBackward(DType dtype, const void* grad, const void* x
         }
       });
       if (rc != cudaSuccess) return rc;
-      if (dweight != nullptr) {
-        const cudaError_t total = LaunchColumnTotal(dw_partial, chunks, h, dweight, stream);
-        if (total != cudaSuccess) return total;
-      }
-      if (dbias != nullptr) return LaunchColumnTotal(db_partial, chunks, h, dbias, stream);
-      return cudaSuccess;
-    }
-    if (dxp != nullptr && rows > 0) {
-      const cudaError_t rc = WithUnit(RowsPackable(h, gp, xp, dxp, weight), [&](auto unit) {
-        return WithRowGroup(h, [&](auto group) {
-          constexpr int U = decltype(unit)::value, G = decltype(group)::value;
-          LayerNormBackwardKernel<T, U, G><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
-              gp, xp, mean, rstd, weight, dxp, rows, h);
-          return cudaGetLastError();
-        });
-      });
-      if (rc != cudaSuccess) return rc;
-    }
-    if (dweight == nullptr && dbias == nullptr) return cudaSuccess;
-    if (rows > 0) {
-      const cudaError_t rc =
-          WithUnit(RowsPackable(h, gp, xp, dw_partial, db_partial), [&](auto unit) {
-            constexpr int U = decltype(unit)::value;
-            const ColumnGrid grid = ColumnGridFor(rows, h, U);
-            LayerNormParamGradKernel<T, U><<<grid.blocks, grid.threads, 0, stream>>>(
-                gp, xp, mean, rstd, dw_partial, db_partial, rows, h, grid.chunk_rows);
+    } else {
+      if (dxp != nullptr && rows > 0) {
+        const cudaError_t rc = WithUnit(RowsPackable(h, gp, xp, dxp, weight), [&](auto unit) {
+          return WithRowGroup(h, [&](auto group) {
+            constexpr int U = decltype(unit)::value, G = decltype(group)::value;
+            LayerNormBackwardKernel<T, U, G><<<RowGroupBlocks(rows, G), kThreads, 0, stream>>>(
+                gp, xp, mean, rstd, weight, dxp, rows, h);
             return cudaGetLastError();
           });
-      if (rc != cudaSuccess) return rc;
+        });
+        if (rc != cudaSuccess) return rc;
+      }
+      if (dweight == nullptr && dbias == nullptr) return cudaSuccess;
+      if (rows > 0) {
+        const cudaError_t rc =
+            WithUnit(RowsPackable(h, gp, xp, dw_partial, db_partial), [&](auto unit) {
+              constexpr int U = decltype(unit)::value;
+              const ColumnGrid grid = ColumnGridFor(rows, h, U);
+              LayerNormParamGradKernel<T, U><<<grid.blocks, grid.threads, 0, stream>>>(
+                  gp, xp, mean, rstd, dw_partial, db_partial, rows, h, grid.chunk_rows);
+              return cudaGetLastError();
+            });
+        if (rc != cudaSuccess) return rc;
+      }
+      chunks = ChunksLaunched(rows, h);
     }
-    const int64_t chunks = ChunksLaunched(rows, h);
     if (dweight != nullptr) {
       const cudaError_t rc = LaunchColumnTotal(dw_partial, chunks, h, dweight, stream);
       if (rc != cudaSuccess) return rc;
