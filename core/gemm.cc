@@ -407,8 +407,8 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     return absl::OkStatus();
   }
   if (PlainF32(alpha, ab_dtype, beta, c_dtype) && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
-    FewRowsGemmF32(m, n, k, static_cast<const float*>(a), lda, static_cast<const float*>(b), ldb,
-                   static_cast<float*>(c), ldc);
+    FewRowsGemmF32(1, m, n, k, static_cast<const float*>(a), lda, 0, static_cast<const float*>(b),
+                   ldb, 0, static_cast<float*>(c), ldc, 0);
     return absl::OkStatus();
   }
   if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {
@@ -446,6 +446,11 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                 ldc);
   }
   ApplyThreads();
+  if (ab_dtype == DType::kF32 && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
+    FewRowsGemmF32(1, m, n, k, static_cast<const float*>(a), lda, 0, static_cast<const float*>(b),
+                   ldb, 0, static_cast<float*>(c), ldc, 0, static_cast<const float*>(bias));
+    return absl::OkStatus();
+  }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
   key.bias = true;
   return RunMatmulProduct(key, a, b, c, bias);
@@ -481,6 +486,12 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
     return absl::OkStatus();
   }
   ApplyThreads();
+  if (PlainF32(alpha, ab_dtype, beta, c_dtype) && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
+    FewRowsGemmF32(batch, m, n, k, static_cast<const float*>(a), lda, stride_a,
+                   static_cast<const float*>(b), ldb, stride_b, static_cast<float*>(c), ldc,
+                   stride_c);
+    return absl::OkStatus();
+  }
   if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {
     SmallGemmF32(batch, trans_a, m, n, k, static_cast<const float*>(a), lda, stride_a,
                  static_cast<const float*>(b), ldb, stride_b, static_cast<float*>(c), ldc,

@@ -290,45 +290,49 @@ TEST(GemmTest, RowRangesOverThreadsMatchReference) {
 }
 
 // The bias row is added to every row of C, for f32, bf16 and f16 and an
-// empty reduction; padding columns of C are not written.
+// empty reduction, also to one to four rows (f32: core/few_rows_gemm.h);
+// padding columns of C are not written.
 TEST(GemmTest, BiasIsAddedToEveryRow) {
-  const int64_t m = 5, n = 6, k = 7, ldc = n + 2;
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (int64_t kk : {k, int64_t{0}}) {
-      std::vector<float> a = Random(m * k, 50), w = Random(n * k, 51), bias = Random(n, 52);
-      auto round = [dt](float v) {
-        if (dt == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
-        if (dt == DType::kF16) return F16ToFloat(FloatToF16(v));
-        return v;
-      };
-      for (float& v : a) v = round(v);
-      for (float& v : w) v = round(v);
-      for (float& v : bias) v = round(v);
-      std::vector<double> ref = Reference(false, true, m, n, kk, a, k, w, k);
-      auto pack = [dt](const std::vector<float>& v) {
-        std::vector<uint16_t> out(v.size());
-        for (size_t i = 0; i < v.size(); ++i) {
-          out[i] = dt == DType::kBF16 ? FloatToBF16(v[i]) : FloatToF16(v[i]);
-        }
-        return out;
-      };
-      std::vector<float> c32(m * ldc, 9.0f);
-      std::vector<uint16_t> a16 = pack(a), w16 = pack(w), b16 = pack(bias);
-      std::vector<uint16_t> c16(m * ldc, dt == DType::kBF16 ? FloatToBF16(9.0f) : FloatToF16(9.0f));
-      const bool f32 = dt == DType::kF32;
-      ASSERT_TRUE(GemmBias(false, true, m, n, kk, dt, f32 ? (void*)a.data() : (void*)a16.data(), k,
-                           f32 ? (void*)w.data() : (void*)w16.data(), k,
-                           f32 ? (void*)bias.data() : (void*)b16.data(),
-                           f32 ? (void*)c32.data() : (void*)c16.data(), ldc)
-                      .ok());
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < ldc; ++j) {
-          const float got = f32 ? c32[i * ldc + j]
-                                : (dt == DType::kBF16 ? BF16ToFloat(c16[i * ldc + j])
-                                                      : F16ToFloat(c16[i * ldc + j]));
-          const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
-          EXPECT_NEAR(got, want, f32 ? 1e-4 : 2e-2 * (1 + std::fabs(want)))
-              << DTypeName(dt) << " k=" << kk << " at " << i << "," << j;
+  const int64_t n = 6, k = 7, ldc = n + 2;
+  for (int64_t m : {1, 3, 5}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (int64_t kk : {k, int64_t{0}}) {
+        std::vector<float> a = Random(m * k, 50), w = Random(n * k, 51), bias = Random(n, 52);
+        auto round = [dt](float v) {
+          if (dt == DType::kBF16) return BF16ToFloat(FloatToBF16(v));
+          if (dt == DType::kF16) return F16ToFloat(FloatToF16(v));
+          return v;
+        };
+        for (float& v : a) v = round(v);
+        for (float& v : w) v = round(v);
+        for (float& v : bias) v = round(v);
+        std::vector<double> ref = Reference(false, true, m, n, kk, a, k, w, k);
+        auto pack = [dt](const std::vector<float>& v) {
+          std::vector<uint16_t> out(v.size());
+          for (size_t i = 0; i < v.size(); ++i) {
+            out[i] = dt == DType::kBF16 ? FloatToBF16(v[i]) : FloatToF16(v[i]);
+          }
+          return out;
+        };
+        std::vector<float> c32(m * ldc, 9.0f);
+        std::vector<uint16_t> a16 = pack(a), w16 = pack(w), b16 = pack(bias);
+        std::vector<uint16_t> c16(m * ldc,
+                                  dt == DType::kBF16 ? FloatToBF16(9.0f) : FloatToF16(9.0f));
+        const bool f32 = dt == DType::kF32;
+        ASSERT_TRUE(GemmBias(false, true, m, n, kk, dt, f32 ? (void*)a.data() : (void*)a16.data(),
+                             k, f32 ? (void*)w.data() : (void*)w16.data(), k,
+                             f32 ? (void*)bias.data() : (void*)b16.data(),
+                             f32 ? (void*)c32.data() : (void*)c16.data(), ldc)
+                        .ok());
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = f32 ? c32[i * ldc + j]
+                                  : (dt == DType::kBF16 ? BF16ToFloat(c16[i * ldc + j])
+                                                        : F16ToFloat(c16[i * ldc + j]));
+            const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
+            EXPECT_NEAR(got, want, f32 ? 1e-4 : 2e-2 * (1 + std::fabs(want)))
+                << DTypeName(dt) << " m=" << m << " k=" << kk << " at " << i << "," << j;
+          }
         }
       }
     }
@@ -344,7 +348,8 @@ TEST(GemmTest, BiasIsAddedToEveryRow) {
 // register-blocked kernel on AVX-512 CPUs (core/small_gemm.h): row counts
 // that are not a multiple of its blocks or of its 64-row work chunks, both
 // layouts of A, padded leading dims and strides, one and two threads,
-// batched and single.
+// batched and single; and a long reduction (B past L1), which the kernel
+// takes for rows of one register block (1 and 13 at n = 16).
 TEST(GemmTest, NarrowF32OutputsMatchReference) {
   const int before = GemmThreads();
   for (int threads : {1, 2}) {
@@ -353,10 +358,22 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
       for (int64_t m : {1, 13, 130}) {
         for (bool ta : {false, true}) {
           for (int64_t batch : {1, 3}) {
-            ExpectMatchesReference({.ta = ta, .batch = batch, .m = m, .n = n, .k = 37,
-                                    .pad_a = 3, .pad_b = 5, .pad_c = 2, .gap_a = 1, .gap_b = 7,
-                                    .gap_c = 4, .seed = 60},
-                                   kF32Tol);
+            for (int64_t k : {37, 700}) {
+              if (k == 700 && m == 130) continue;
+              ExpectMatchesReference({.ta = ta,
+                                      .batch = batch,
+                                      .m = m,
+                                      .n = n,
+                                      .k = k,
+                                      .pad_a = 3,
+                                      .pad_b = 5,
+                                      .pad_c = 2,
+                                      .gap_a = 1,
+                                      .gap_b = 7,
+                                      .gap_c = 4,
+                                      .seed = 60},
+                                     kF32Tol);
+            }
           }
         }
       }
@@ -366,11 +383,12 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
 }
 
 // f32 products of one to four rows with B stored transposed (a decoding
-// step's linear layers) take core/few_rows_gemm.h's dot products on
-// AVX-512 CPUs: reductions shorter than a vector, not a multiple of one,
-// and long; B's rows in and out of steps of four; padded leading dims; a
-// B large enough to be split between two threads, which must give the same
-// bits as one thread.
+// step's linear layers and attention scores) take core/few_rows_gemm.h's
+// dot products on AVX-512 CPUs: reductions shorter than a vector, not a
+// multiple of one, and long; B's rows in and out of steps of four; padded
+// leading dims; batches with gaps; single products and batches large enough
+// to be split between two threads (a batch's split falling inside a
+// product), which must give the same bits as one thread.
 TEST(GemmTest, FewRowsF32MatchesReferenceAndIsTheSameAtAnyThreadCount) {
   const int before = GemmThreads();
   for (int threads : {1, 2}) {
@@ -385,20 +403,41 @@ TEST(GemmTest, FewRowsF32MatchesReferenceAndIsTheSameAtAnyThreadCount) {
       }
       ExpectMatchesReference({.tb = true, .m = m, .n = 2103, .k = 130, .pad_b = 1, .seed = 71},
                              kF32Tol);
+      for (int64_t n : {5, 97}) {
+        ExpectMatchesReference({.tb = true,
+                                .batch = 3,
+                                .m = m,
+                                .n = n,
+                                .k = 37,
+                                .pad_a = 2,
+                                .pad_b = 1,
+                                .pad_c = 3,
+                                .gap_a = 5,
+                                .gap_b = 3,
+                                .gap_c = 2,
+                                .seed = 74},
+                               kF32Tol);
+      }
+      ExpectMatchesReference(
+          {.tb = true, .batch = 7, .m = m, .n = 301, .k = 130, .gap_b = 3, .seed = 75}, kF32Tol);
     }
   }
-  // 2103 x 130 is past the size that splits B: bit-equal at 1 and 2 threads.
-  const int64_t m = 3, n = 2103, k = 130;
-  const std::vector<float> a = Random(m * k, 72), b = Random(n * k, 73);
-  std::vector<float> one(m * n), two(m * n);
-  for (int threads : {1, 2}) {
-    SetGemmThreads(threads);
-    std::vector<float>& c = threads == 1 ? one : two;
-    ASSERT_TRUE(Gemm(false, true, m, n, k, 1.0f, DType::kF32, a.data(), k, b.data(), k, 0.0f,
-                     DType::kF32, c.data(), n)
-                    .ok());
+  // Past the size that splits B (one product of 2103 x 130; seven of
+  // 301 x 130, split inside the fourth): bit-equal at 1 and 2 threads.
+  const int64_t m = 3, k = 130;
+  for (auto [batch, n] : {std::pair<int64_t, int64_t>{1, 2103}, {7, 301}}) {
+    const std::vector<float> a = Random(batch * m * k, 72), b = Random(batch * n * k, 73);
+    std::vector<float> one(batch * m * n), two(batch * m * n);
+    for (int threads : {1, 2}) {
+      SetGemmThreads(threads);
+      std::vector<float>& c = threads == 1 ? one : two;
+      ASSERT_TRUE(GemmBatched(batch, false, true, m, n, k, 1.0f, DType::kF32, a.data(), k, m * k,
+                              b.data(), k, n * k, 0.0f, DType::kF32, c.data(), n, m * n)
+                      .ok());
+    }
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0)
+        << "batch " << batch;
   }
-  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
   SetGemmThreads(before);
 }
 

@@ -12,6 +12,10 @@ namespace tpx {
 namespace {
 
 constexpr int64_t kMaxBBytes = 32 * 1024;
+// Below this many multiply-adds (over the batch) one thread does the whole
+// call: a decoding step's products, where the team's start costs more than
+// it saves.
+constexpr int64_t kMinSplitMacs = int64_t{1} << 18;
 
 // Rows of C per register block for NV 16-float vectors per row: NV * MR
 // accumulators (at most 28 of the 32 zmm registers).
@@ -83,8 +87,12 @@ RowsFn RowsFor(int64_t n) {
 }  // namespace
 
 bool SmallGemmF32Applies(bool trans_b, int64_t m, int64_t n, int64_t k) {
-  return CpuHasAvx512F() && !trans_b && m > 0 && k > 0 && n % 16 == 0 && n >= 16 && n <= 64 &&
-         k * n * static_cast<int64_t>(sizeof(float)) <= kMaxBBytes;
+  if (!CpuHasAvx512F() || trans_b || m <= 0 || k <= 0 || n % 16 != 0 || n < 16 || n > 64) {
+    return false;
+  }
+  // Rows of one register block read B once, so it need not stay in L1.
+  const bool one_block = m <= RowsPerBlock(static_cast<int>(n / 16));
+  return one_block || k * n * static_cast<int64_t>(sizeof(float)) <= kMaxBBytes;
 }
 
 void SmallGemmF32(int64_t batch, bool trans_a, int64_t m, int64_t n, int64_t k, const float* a,
@@ -106,7 +114,9 @@ void SmallGemmF32(int64_t batch, bool trans_a, int64_t m, int64_t n, int64_t k, 
               c + i * stride_c + r0 * ldc, ldc);
     }
   };
-  const int threads = static_cast<int>(std::min<int64_t>(GemmThreads(), items));
+  const int threads = batch * m * n * k < kMinSplitMacs
+                          ? 1
+                          : static_cast<int>(std::min<int64_t>(GemmThreads(), items));
   if (threads <= 1 || omp_in_parallel()) {
     run(0, items);
     return;
