@@ -2,11 +2,12 @@
 // (examples/gpt/generator.h): prefill throughput, decode throughput and
 // per-token decode latency, at TP=1 with 1 and 2 GEMM threads and at TP=2
 // (2 processes x 1 thread), batch 1 and 8. One JSON line per case:
-//   {"bench":"decode","tp":2,"threads":1,"batch":1,"prefill_tokens_per_s":...,
+//   {"bench":"decode","tp":2,"threads":1,"dtype":"f32","batch":1,"prefill_tokens_per_s":...,
 //    "decode_tokens_per_s":...,"token_ms_p50":...,"token_ms_p99":...,...}
 //
 //   bazel run -c opt //bench:decode -- [--cases=1x1,1x2,2x1] [--batches=1,8]
 //       [--prompt_len=128] [--decode_tokens=100] [--d_model=512 --n_layers=4 ...]
+//       [--dtype=bf16]
 // A case is TPxTHREADS. Weights are the seeded initial ones (speed does not
 // depend on them). Token latency is the wall time of one Decode call on rank
 // 0: all layers, the collectives and the gathered full-vocabulary logits.
@@ -38,6 +39,7 @@ ABSL_FLAG(int64_t, d_model, 512, "Hidden size.");
 ABSL_FLAG(int64_t, n_heads, 8, "Attention heads.");
 ABSL_FLAG(int64_t, n_layers, 4, "Transformer blocks.");
 ABSL_FLAG(int64_t, d_ff, 2048, "MLP hidden size.");
+ABSL_FLAG(std::string, dtype, "f32", "Model dtype: f32 or bf16 (weights, activations, KV cache).");
 
 namespace tpx::gpt {
 namespace {
@@ -54,12 +56,18 @@ absl::Status Measure(int tp_size, int threads, const std::vector<int64_t>& batch
   SetGemmThreads(threads);
   TPX_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world, comm::Init());
   TPX_ASSIGN_OR_RETURN(auto state, parallel::ParallelState::Create(*world, tp_size));
+  const std::string dtype = absl::GetFlag(FLAGS_dtype);
+  if (dtype != "f32" && dtype != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dtype must be f32 or bf16, got '", dtype, "'"));
+  }
   const GptConfig config{.vocab_size = 256,
                          .seq_len = absl::GetFlag(FLAGS_seq_len),
                          .d_model = absl::GetFlag(FLAGS_d_model),
                          .n_heads = absl::GetFlag(FLAGS_n_heads),
                          .n_layers = absl::GetFlag(FLAGS_n_layers),
-                         .d_ff = absl::GetFlag(FLAGS_d_ff)};
+                         .d_ff = absl::GetFlag(FLAGS_d_ff),
+                         .dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32};
   const int64_t prompt = absl::GetFlag(FLAGS_prompt_len), steps = absl::GetFlag(FLAGS_decode_tokens);
   if (prompt < 1 || steps < 1 || prompt + kWarmupSteps + steps > config.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -91,14 +99,14 @@ absl::Status Measure(int tp_size, int threads, const std::vector<int64_t>& batch
     const double decode_s = absl::ToDoubleSeconds(absl::Now() - d0);
     if (world->rank() == 0) {
       std::printf(
-          "{\"bench\":\"decode\",\"tp\":%d,\"threads\":%d,\"batch\":%lld,"
+          "{\"bench\":\"decode\",\"tp\":%d,\"threads\":%d,\"dtype\":\"%s\",\"batch\":%lld,"
           "\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.1f,\"token_ms_p50\":%.3f,"
           "\"token_ms_p99\":%.3f,\"prompt_len\":%lld,\"decode_tokens\":%lld,\"d_model\":%lld,"
           "\"n_layers\":%lld,\"n_heads\":%lld,\"d_ff\":%lld,\"params\":%lld}\n",
-          tp_size, threads, static_cast<long long>(batch),
+          tp_size, threads, dtype.c_str(), static_cast<long long>(batch),
           static_cast<double>(prompt * batch) / prefill_s,
-          static_cast<double>(steps * batch) / decode_s, Percentile(ms, 0.5),
-          Percentile(ms, 0.99), static_cast<long long>(prompt), static_cast<long long>(steps),
+          static_cast<double>(steps * batch) / decode_s, Percentile(ms, 0.5), Percentile(ms, 0.99),
+          static_cast<long long>(prompt), static_cast<long long>(steps),
           static_cast<long long>(config.d_model), static_cast<long long>(config.n_layers),
           static_cast<long long>(config.n_heads), static_cast<long long>(config.d_ff),
           static_cast<long long>(model->NumParameters()));

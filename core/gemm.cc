@@ -203,6 +203,14 @@ bool PlainF32(float alpha, DType ab_dtype, float beta, DType c_dtype) {
   return ab_dtype == DType::kF32 && c_dtype == DType::kF32 && alpha == 1.0f && beta == 0.0f;
 }
 
+// Products of one to four rows (alpha 1, beta 0) go to
+// core/few_rows_gemm.h's kernels where the CPU has them.
+bool UseFewRows(bool trans_a, bool trans_b, int64_t m, float alpha, DType ab_dtype, float beta,
+                DType c_dtype) {
+  return alpha == 1.0f && beta == 0.0f &&
+         FewRowsGemmApplies(ab_dtype, c_dtype, trans_a, trans_b, m);
+}
+
 // f32 products with a narrow C go to core/small_gemm.h's kernel, where
 // oneDNN's f32 kernels are at about half the FMA peak.
 bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DType ab_dtype,
@@ -406,9 +414,8 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     }
     return absl::OkStatus();
   }
-  if (PlainF32(alpha, ab_dtype, beta, c_dtype) && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
-    FewRowsGemmF32(1, m, n, k, static_cast<const float*>(a), lda, 0, static_cast<const float*>(b),
-                   ldb, 0, static_cast<float*>(c), ldc, 0);
+  if (UseFewRows(trans_a, trans_b, m, alpha, ab_dtype, beta, c_dtype)) {
+    FewRowsGemm(ab_dtype, c_dtype, trans_b, 1, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0);
     return absl::OkStatus();
   }
   if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {
@@ -446,9 +453,8 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                 ldc);
   }
   ApplyThreads();
-  if (ab_dtype == DType::kF32 && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
-    FewRowsGemmF32(1, m, n, k, static_cast<const float*>(a), lda, 0, static_cast<const float*>(b),
-                   ldb, 0, static_cast<float*>(c), ldc, 0, static_cast<const float*>(bias));
+  if (FewRowsGemmApplies(ab_dtype, ab_dtype, trans_a, trans_b, m)) {
+    FewRowsGemm(ab_dtype, ab_dtype, trans_b, 1, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, bias);
     return absl::OkStatus();
   }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
@@ -486,10 +492,9 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
     return absl::OkStatus();
   }
   ApplyThreads();
-  if (PlainF32(alpha, ab_dtype, beta, c_dtype) && FewRowsGemmF32Applies(trans_a, trans_b, m)) {
-    FewRowsGemmF32(batch, m, n, k, static_cast<const float*>(a), lda, stride_a,
-                   static_cast<const float*>(b), ldb, stride_b, static_cast<float*>(c), ldc,
-                   stride_c);
+  if (UseFewRows(trans_a, trans_b, m, alpha, ab_dtype, beta, c_dtype)) {
+    FewRowsGemm(ab_dtype, c_dtype, trans_b, batch, m, n, k, a, lda, stride_a, b, ldb, stride_b, c,
+                ldc, stride_c);
     return absl::OkStatus();
   }
   if (UseSmallGemm(trans_b, m, n, k, alpha, ab_dtype, beta, c_dtype)) {

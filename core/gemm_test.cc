@@ -382,61 +382,106 @@ TEST(GemmTest, NarrowF32OutputsMatchReference) {
   SetGemmThreads(before);
 }
 
-// f32 products of one to four rows with B stored transposed (a decoding
-// step's linear layers and attention scores) take core/few_rows_gemm.h's
-// dot products on AVX-512 CPUs: reductions shorter than a vector, not a
-// multiple of one, and long; B's rows in and out of steps of four; padded
-// leading dims; batches with gaps; single products and batches large enough
-// to be split between two threads (a batch's split falling inside a
-// product), which must give the same bits as one thread.
-TEST(GemmTest, FewRowsF32MatchesReferenceAndIsTheSameAtAnyThreadCount) {
+// Products of one to four rows (a decoding step's linear layers and
+// attention) take core/few_rows_gemm.h's kernels on AVX-512 CPUs: f32 with
+// B stored transposed, bf16 into f32 or bf16 with B in either layout.
+// Reductions shorter than a vector, not a multiple of one, and long; B's
+// rows in and out of steps of four and its columns in and out of 64-column
+// blocks; padded leading dims; batches with gaps; single products and
+// batches large enough to be split between two threads (a batch's split
+// falling inside a product), which must give the same bits as one thread.
+TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
   const int before = GemmThreads();
+  struct Types {
+    DType ab, c;
+    double tol;
+  };
+  const std::vector<Types> types = {{DType::kF32, DType::kF32, kF32Tol},
+                                    {DType::kBF16, DType::kF32, kF32Tol},
+                                    {DType::kBF16, DType::kBF16, kBF16OutTol}};
   for (int threads : {1, 2}) {
     SetGemmThreads(threads);
-    for (int64_t m : {1, 2, 3, 4}) {
-      for (int64_t k : {1, 15, 16, 37, 128}) {
-        for (int64_t n : {1, 5, 64, 385}) {
-          ExpectMatchesReference(
-              {.tb = true, .m = m, .n = n, .k = k, .pad_a = 3, .pad_b = 5, .pad_c = 2, .seed = 70},
-              kF32Tol);
+    for (const Types& ty : types) {
+      for (bool tb : {true, false}) {
+        if (ty.ab == DType::kF32 && !tb) continue;  // f32 B not transposed: small_gemm's
+        for (int64_t m : {1, 2, 3, 4}) {
+          for (int64_t k : {1, 15, 16, 31, 33, 37, 64, 130}) {
+            for (int64_t n : {1, 5, 64, 65, 385}) {
+              ExpectMatchesReference({.ab = ty.ab,
+                                      .c = ty.c,
+                                      .tb = tb,
+                                      .m = m,
+                                      .n = n,
+                                      .k = k,
+                                      .pad_a = 3,
+                                      .pad_b = 5,
+                                      .pad_c = 2,
+                                      .seed = 70},
+                                     ty.tol);
+            }
+          }
+          ExpectMatchesReference({.ab = ty.ab,
+                                  .c = ty.c,
+                                  .tb = tb,
+                                  .m = m,
+                                  .n = 2103,
+                                  .k = 130,
+                                  .pad_b = 1,
+                                  .seed = 71},
+                                 ty.tol);
+          for (int64_t n : {5, 97}) {
+            ExpectMatchesReference({.ab = ty.ab,
+                                    .c = ty.c,
+                                    .tb = tb,
+                                    .batch = 3,
+                                    .m = m,
+                                    .n = n,
+                                    .k = 37,
+                                    .pad_a = 2,
+                                    .pad_b = 1,
+                                    .pad_c = 3,
+                                    .gap_a = 5,
+                                    .gap_b = 3,
+                                    .gap_c = 2,
+                                    .seed = 74},
+                                   ty.tol);
+          }
+          ExpectMatchesReference({.ab = ty.ab,
+                                  .c = ty.c,
+                                  .tb = tb,
+                                  .batch = 7,
+                                  .m = m,
+                                  .n = 301,
+                                  .k = 130,
+                                  .gap_b = 3,
+                                  .seed = 75},
+                                 ty.tol);
         }
       }
-      ExpectMatchesReference({.tb = true, .m = m, .n = 2103, .k = 130, .pad_b = 1, .seed = 71},
-                             kF32Tol);
-      for (int64_t n : {5, 97}) {
-        ExpectMatchesReference({.tb = true,
-                                .batch = 3,
-                                .m = m,
-                                .n = n,
-                                .k = 37,
-                                .pad_a = 2,
-                                .pad_b = 1,
-                                .pad_c = 3,
-                                .gap_a = 5,
-                                .gap_b = 3,
-                                .gap_c = 2,
-                                .seed = 74},
-                               kF32Tol);
-      }
-      ExpectMatchesReference(
-          {.tb = true, .batch = 7, .m = m, .n = 301, .k = 130, .gap_b = 3, .seed = 75}, kF32Tol);
     }
   }
-  // Past the size that splits B (one product of 2103 x 130; seven of
+  // Past the size that splits the work (one product of 2103 x 130; seven of
   // 301 x 130, split inside the fourth): bit-equal at 1 and 2 threads.
   const int64_t m = 3, k = 130;
-  for (auto [batch, n] : {std::pair<int64_t, int64_t>{1, 2103}, {7, 301}}) {
-    const std::vector<float> a = Random(batch * m * k, 72), b = Random(batch * n * k, 73);
-    std::vector<float> one(batch * m * n), two(batch * m * n);
-    for (int threads : {1, 2}) {
-      SetGemmThreads(threads);
-      std::vector<float>& c = threads == 1 ? one : two;
-      ASSERT_TRUE(GemmBatched(batch, false, true, m, n, k, 1.0f, DType::kF32, a.data(), k, m * k,
-                              b.data(), k, n * k, 0.0f, DType::kF32, c.data(), n, m * n)
-                      .ok());
+  for (const Types& ty : types) {
+    for (bool tb : {true, false}) {
+      if (ty.ab == DType::kF32 && !tb) continue;
+      for (auto [batch, n] : {std::pair<int64_t, int64_t>{1, 2103}, {7, 301}}) {
+        const std::vector<char> a = Encode(ty.ab, Random(batch * m * k, 72));
+        const std::vector<char> b = Encode(ty.ab, Random(batch * n * k, 73));
+        const size_t c_bytes = batch * m * n * SizeOf(ty.c);
+        std::vector<char> one(c_bytes), two(c_bytes);
+        for (int threads : {1, 2}) {
+          SetGemmThreads(threads);
+          std::vector<char>& c = threads == 1 ? one : two;
+          ASSERT_TRUE(GemmBatched(batch, false, tb, m, n, k, 1.0f, ty.ab, a.data(), k, m * k,
+                                  b.data(), tb ? k : n, n * k, 0.0f, ty.c, c.data(), n, m * n)
+                          .ok());
+        }
+        EXPECT_TRUE(one == two) << DTypeName(ty.ab) << "->" << DTypeName(ty.c) << " tb=" << tb
+                                << " batch " << batch;
+      }
     }
-    EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0)
-        << "batch " << batch;
   }
   SetGemmThreads(before);
 }

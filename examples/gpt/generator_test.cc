@@ -4,6 +4,11 @@
 // the same weights and seed give identical tokens at every TP size (greedy
 // and sampled, across a context restart), stop bytes and streaming work,
 // and bad input gives errors.
+#include "examples/gpt/generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -12,7 +17,6 @@
 #include "core/compare_testutil.h"
 #include "core/ops.h"
 #include "examples/gpt/dataset.h"
-#include "examples/gpt/generator.h"
 #include "examples/gpt/model.h"
 #include "examples/gpt/tiny_gpt_testutil.h"
 #include "examples/gpt/trainer.h"
@@ -31,9 +35,11 @@ constexpr double kLogitTol = 2e-4;
 // every shard, so still the same model at every TP size): attention and MLP
 // then move the logits by O(1), so a wrong cache entry shows, and logits
 // spread (no near-ties for argmax to flip on).
-std::unique_ptr<GptModel> TinyModel(comm::Communicator& tp) {
+std::unique_ptr<GptModel> TinyModel(comm::Communicator& tp, DType dtype = DType::kF32) {
   EXPECT_TRUE(rng::ModelParallelManualSeed(5, tp.rank(), 0, 0, rng::SeedMode::kTpInvariant).ok());
-  auto model = GptModel::Create(tp, TinyGptConfig());
+  GptConfig config = TinyGptConfig();
+  config.dtype = dtype;
+  auto model = GptModel::Create(tp, config);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   const GptModel& m = **model;
@@ -62,7 +68,8 @@ Tensor FullSequenceLogits(const GptModel& model, const std::vector<std::vector<i
   }
   Variable logits = *model.Logits(*Tensor::FromVector<int64_t>(flat, {t, b}), false);
   Variable full = *parallel::GatherFromTensorParallelRegion(model.tp(), logits);
-  return *full.value().Narrow(0, t - 1, 1)->Reshape({b, model.config().vocab_size});
+  Tensor last = *full.value().Narrow(0, t - 1, 1)->Reshape({b, model.config().vocab_size});
+  return *last.To(DType::kF32);
 }
 
 struct Outputs {
@@ -163,6 +170,42 @@ Outputs RunGroup(comm::Communicator& tp) {
   return out;
 }
 
+// A bf16 model's KV-cache logits (its decoding products run on the bf16
+// kernels of core/few_rows_gemm.h where the CPU has them) against its
+// full-sequence ones, at every position of its context; returns the
+// largest difference.
+double Bf16CacheAgainstFullSequence(comm::Communicator& tp) {
+  std::unique_ptr<GptModel> model = TinyModel(tp, DType::kBF16);
+  if (model == nullptr) return -1;
+  auto gen = Generator::Create(*model, {.max_batch = 2});
+  EXPECT_TRUE(gen.ok()) << gen.status();
+  if (!gen.ok()) return -1;
+  std::vector<std::vector<int64_t>> seqs = {Encode("In the beginning God"),
+                                            Encode("And Moses said unto")};
+  const int64_t prompt = 3, context = model->config().seq_len;
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < prompt; ++i) {
+    for (const auto& s : seqs) first.push_back(s[i]);
+  }
+  auto logits = (*gen)->Prefill(*Tensor::FromVector<int64_t>(first, {prompt, 2}));
+  double worst = 0;
+  for (int64_t pos = prompt;; ++pos) {
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    if (!logits.ok()) return -1;
+    std::vector<std::vector<int64_t>> upto = {
+        std::vector<int64_t>(seqs[0].begin(), seqs[0].begin() + pos),
+        std::vector<int64_t>(seqs[1].begin(), seqs[1].begin() + pos)};
+    const std::vector<float> got = logits->ToVector<float>();
+    const std::vector<float> want = FullSequenceLogits(*model, upto).ToVector<float>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
+    }
+    if (pos == context) break;
+    logits = (*gen)->Decode(*Tensor::FromVector<int64_t>({seqs[0][pos], seqs[1][pos]}, {2}));
+  }
+  return worst;
+}
+
 void BadInput(comm::Communicator& tp) {
   std::unique_ptr<GptModel> model = TinyModel(tp);
   ASSERT_NE(model, nullptr);
@@ -250,6 +293,38 @@ TEST(Generator, BadInputGivesErrors) {
     SCOPED_TRACE(::testing::Message() << "world " << n);
     testing::RunOnRanks(n, [](testing::RankContext& ctx) { BadInput(ctx.comm); });
   }
+}
+
+// Logits reach |x| ~ 10 and the model rounds every activation to bf16
+// (8 bits of mantissa): the cache and the full sequence, whose sums run in
+// other orders, differ by about 0.1 here, while a wrong cache entry
+// moves logits by O(1) (TinyModel's scaled weights).
+constexpr double kBf16LogitTol = 0.4;
+
+TEST(Generator, Bf16KvCacheMatchesFullSequence) {
+  setenv("TPX_NUM_THREADS", "1", 0);
+  testing::RunOptions options;
+  options.comm_timeout = absl::Seconds(60);
+  options.deadline = absl::Seconds(120);
+  testing::RunOnRanks(
+      2,
+      [](testing::RankContext& ctx) {
+        auto solo = ctx.comm.Split(ctx.rank == 0 ? 0 : -1, 0);
+        ASSERT_TRUE(solo.ok());
+        if (*solo) {
+          const double tp1 = Bf16CacheAgainstFullSequence(**solo);
+          EXPECT_GE(tp1, 0);
+          EXPECT_LE(tp1, kBf16LogitTol) << "TP=1";
+          std::printf("bf16 decode vs full sequence, TP=1: largest difference %.4f\n", tp1);
+        }
+        const double tp2 = Bf16CacheAgainstFullSequence(ctx.comm);
+        EXPECT_GE(tp2, 0);
+        EXPECT_LE(tp2, kBf16LogitTol) << "TP=2";
+        if (ctx.rank == 0) {
+          std::printf("bf16 decode vs full sequence, TP=2: largest difference %.4f\n", tp2);
+        }
+      },
+      options);
 }
 
 }  // namespace
