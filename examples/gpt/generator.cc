@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/attention.h"
 #include "core/ops.h"
 #include "core/status_macros.h"
 #include "rng/philox.h"
@@ -275,25 +276,42 @@ absl::StatusOr<Tensor> Generator::Attention(Layer& L, const Tensor& qkv, int64_t
     TPX_ASSIGN_OR_RETURN(Tensor seen, mine.Narrow(2, 0, total));
     TPX_ASSIGN_OR_RETURN(*out, seen.Reshape({batch * heads, total, hd}));
   }
-  TPX_ASSIGN_OR_RETURN(q, q.Reshape({batch * heads, t, hd}));
-  TPX_ASSIGN_OR_RETURN(Tensor scores, ops::Matmul(q, keys, false, /*trans_b=*/true));
-  TPX_ASSIGN_OR_RETURN(scores, ops::Scale(scores, 1.0 / std::sqrt(static_cast<double>(hd))));
-  if (t > 1) {
-    // Query i (position p0 + i) sees keys 0 .. p0 + i.
-    std::vector<float> m(t * total, 0.0f);
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t j = p0 + i + 1; j < total; ++j) m[i * total + j] = -1e9f;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Tensor ctx;  // [rows, heads * hd]
+  if (p0 == 0) {
+    // A fresh context is causal self-attention over the new tokens alone:
+    // the fused kernel (core/attention.h) computes only its causal half,
+    // without the composed form's copies and mask.
+    TPX_ASSIGN_OR_RETURN(Tensor fused_qkv, real.View({t, batch, 3 * heads * hd}));
+    absl::StatusOr<ops::CausalSelfAttentionResult> fused =
+        ops::CausalSelfAttention(fused_qkv, heads, hd, scale, /*keep_stats=*/false);
+    if (fused.ok()) {
+      TPX_ASSIGN_OR_RETURN(ctx, fused->ctx.View({rows, heads * hd}));
+    } else if (!absl::IsUnimplemented(fused.status())) {
+      return fused.status();
     }
-    TPX_ASSIGN_OR_RETURN(Tensor mask, OnDevice(m, {t, total}, c.device));
-    TPX_ASSIGN_OR_RETURN(mask, mask.To(scores.dtype()));
-    TPX_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
   }
-  TPX_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores, -1));
-  TPX_ASSIGN_OR_RETURN(Tensor ctx, ops::Matmul(probs, values));  // [batch*heads, t, hd]
-  TPX_ASSIGN_OR_RETURN(ctx, ctx.View({batch, heads, t, hd}));
-  TPX_ASSIGN_OR_RETURN(ctx, ctx.Permute({2, 0, 1, 3}));
-  TPX_ASSIGN_OR_RETURN(ctx, ctx.Contiguous());
-  TPX_ASSIGN_OR_RETURN(ctx, ctx.View({rows, heads * hd}));
+  if (!ctx.defined()) {
+    TPX_ASSIGN_OR_RETURN(q, q.Reshape({batch * heads, t, hd}));
+    TPX_ASSIGN_OR_RETURN(Tensor scores, ops::Matmul(q, keys, false, /*trans_b=*/true));
+    TPX_ASSIGN_OR_RETURN(scores, ops::Scale(scores, scale));
+    if (t > 1) {
+      // Query i (position p0 + i) sees keys 0 .. p0 + i.
+      std::vector<float> m(t * total, 0.0f);
+      for (int64_t i = 0; i < t; ++i) {
+        for (int64_t j = p0 + i + 1; j < total; ++j) m[i * total + j] = -1e9f;
+      }
+      TPX_ASSIGN_OR_RETURN(Tensor mask, OnDevice(m, {t, total}, c.device));
+      TPX_ASSIGN_OR_RETURN(mask, mask.To(scores.dtype()));
+      TPX_ASSIGN_OR_RETURN(scores, ops::Add(scores, mask));
+    }
+    TPX_ASSIGN_OR_RETURN(Tensor probs, ops::Softmax(scores, -1));
+    TPX_ASSIGN_OR_RETURN(ctx, ops::Matmul(probs, values));  // [batch*heads, t, hd]
+    TPX_ASSIGN_OR_RETURN(ctx, ctx.View({batch, heads, t, hd}));
+    TPX_ASSIGN_OR_RETURN(ctx, ctx.Permute({2, 0, 1, 3}));
+    TPX_ASSIGN_OR_RETURN(ctx, ctx.Contiguous());
+    TPX_ASSIGN_OR_RETURN(ctx, ctx.View({rows, heads * hd}));
+  }
   if (padded == rows) return ctx;
   TPX_ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros({padded, heads * hd}, ctx.dtype(), c.device));
   TPX_ASSIGN_OR_RETURN(Tensor head_rows, out.Narrow(0, 0, rows));

@@ -6,11 +6,12 @@
 // multiple of the TP size), every row-parallel GEMM ends in the fused
 // reduce-scatter -> residual add -> next LayerNorm -> all-gather, and each
 // attention layer keeps a KV cache of this rank's heads [batch, heads/tp,
-// seq_len, head_dim]. A prompt is prefilled in one pass, then tokens are
-// decoded one position at a time. Full-vocabulary logits are gathered on
-// every rank and sampled (examples/gpt/sampling.h) with the RNG tracker's
-// data-parallel stream, which is the same on every TP rank, so all ranks pick
-// the same token and the same seed gives the same text at every TP size.
+// seq_len, head_dim]. A prompt is prefilled in one pass (its attention by
+// the fused causal kernel of core/attention.h where the device has it), then
+// tokens are decoded one position at a time against the cache. Full-vocabulary logits are gathered
+// on every rank and sampled (examples/gpt/sampling.h) with the RNG tracker's data-parallel stream,
+// which is the same on every TP rank, so all ranks pick the same token and the same seed gives the
+// same text at every TP size.
 //
 //   TPX_RETURN_IF_ERROR(rng::ModelParallelManualSeed(seed, tp.rank(), 0, 0,
 //                                                    rng::SeedMode::kTpInvariant));
