@@ -404,58 +404,34 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
     for (const Types& ty : types) {
       for (bool tb : {true, false}) {
         if (ty.ab == DType::kF32 && !tb) continue;  // f32 B not transposed: small_gemm's
+        // p with this dtype pair and layout of B.
+        auto check = [&](Product p) {
+          p.ab = ty.ab;
+          p.c = ty.c;
+          p.tb = tb;
+          ExpectMatchesReference(p, ty.tol);
+        };
         for (int64_t m : {1, 2, 3, 4}) {
           for (int64_t k : {1, 15, 16, 31, 33, 37, 64, 130}) {
             for (int64_t n : {1, 5, 64, 65, 385}) {
-              ExpectMatchesReference({.ab = ty.ab,
-                                      .c = ty.c,
-                                      .tb = tb,
-                                      .m = m,
-                                      .n = n,
-                                      .k = k,
-                                      .pad_a = 3,
-                                      .pad_b = 5,
-                                      .pad_c = 2,
-                                      .seed = 70},
-                                     ty.tol);
+              check({.m = m, .n = n, .k = k, .pad_a = 3, .pad_b = 5, .pad_c = 2, .seed = 70});
             }
           }
-          ExpectMatchesReference({.ab = ty.ab,
-                                  .c = ty.c,
-                                  .tb = tb,
-                                  .m = m,
-                                  .n = 2103,
-                                  .k = 130,
-                                  .pad_b = 1,
-                                  .seed = 71},
-                                 ty.tol);
+          check({.m = m, .n = 2103, .k = 130, .pad_b = 1, .seed = 71});
           for (int64_t n : {5, 97}) {
-            ExpectMatchesReference({.ab = ty.ab,
-                                    .c = ty.c,
-                                    .tb = tb,
-                                    .batch = 3,
-                                    .m = m,
-                                    .n = n,
-                                    .k = 37,
-                                    .pad_a = 2,
-                                    .pad_b = 1,
-                                    .pad_c = 3,
-                                    .gap_a = 5,
-                                    .gap_b = 3,
-                                    .gap_c = 2,
-                                    .seed = 74},
-                                   ty.tol);
+            check({.batch = 3,
+                   .m = m,
+                   .n = n,
+                   .k = 37,
+                   .pad_a = 2,
+                   .pad_b = 1,
+                   .pad_c = 3,
+                   .gap_a = 5,
+                   .gap_b = 3,
+                   .gap_c = 2,
+                   .seed = 74});
           }
-          ExpectMatchesReference({.ab = ty.ab,
-                                  .c = ty.c,
-                                  .tb = tb,
-                                  .batch = 7,
-                                  .m = m,
-                                  .n = 301,
-                                  .k = 130,
-                                  .gap_b = 3,
-                                  .seed = 75},
-                                 ty.tol);
+          check({.batch = 7, .m = m, .n = 301, .k = 130, .gap_b = 3, .seed = 75});
         }
       }
     }
