@@ -147,7 +147,7 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
       {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
-      // Decoding steps: one token (and four) through the GPT example's
+      // Decoding steps: one token (and four, and eight) through the GPT example's
       // layers and logits, and through bench:decode's d_model 512 model.
       // Bound by reading the weights, not by the FMA peak: only with
       // --cases=decode, and left out of the gemm_min lines.
@@ -157,8 +157,11 @@ const std::vector<Case>& Cases() {
       {"decode", "decode_fc2", 1, 1, 512, 128, false, true},
       {"decode", "decode_logits", 1, 1, 128, 256, false, true},
       {"decode", "decode4_qkv", 1, 4, 128, 384, false, true},
+      {"decode", "decode8_qkv", 1, 8, 128, 384, false, true},
       {"decode", "decode_d512_qkv", 1, 1, 512, 1536, false, true},
       {"decode", "decode_d512_fc2", 1, 1, 2048, 512, false, true},
+      {"decode", "decode8_d512_qkv", 1, 8, 512, 1536, false, true},
+      {"decode", "decode8_d512_fc2", 1, 8, 2048, 512, false, true},
   };
   return *cases;
 }
