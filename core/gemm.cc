@@ -287,6 +287,23 @@ struct MatmulPart {
   void* c;
 };
 
+// Whether an f32 product for oneDNN's GEMM driver goes to the threads as
+// ranges of the longer side of C (a one-thread call each) rather than as
+// one call on all of them. On two threads of the benchmark host the
+// driver's own split of the GPT example's weight gradients ran at 0.73-0.90
+// of the FMA peak where the ranges ran at 0.90-0.97 (bench:gemm, three
+// alternating rounds: the logits' 256 x 128 from 0.77-0.81 to 0.93-0.96,
+// TP=2's fc1 256 x 128 from 0.73-0.81 to 0.94-0.96, qkv's 192 x 128 from
+// 0.83-0.85 to 0.92-0.95). Ranges narrower than 96 (the attention
+// projection's 128 x 128 in two halves: 0.93 -> 0.85) and products from
+// 2^28 multiply-adds on (the MLP's) measured slower, and keep the driver's.
+bool SplitsSgemm(int64_t m, int64_t n, int64_t k, int threads) {
+  constexpr int64_t kMaxSplitMacs = int64_t{1} << 28;
+  constexpr int64_t kMinRange = 96;
+  return threads > 1 && std::max(m, n) / threads >= kMinRange && std::min(m, n) >= kMinRange &&
+         m * n * k < kMaxSplitMacs;
+}
+
 // Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
 // primitive on its own thread; a part with no rows or products is skipped.
 template <typename PartFn>
@@ -334,6 +351,35 @@ absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
                                             static_cast<int>(status), ") for m=", m, " n=", n,
                                             " k=", k));
   }
+  return absl::OkStatus();
+}
+
+// Sgemm on GemmThreads() threads, as ranges of C's rows or columns where
+// SplitsSgemm (whole 16-wide ranges, one Sgemm each on one thread).
+absl::Status SgemmProduct(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                          float* c, int64_t ldc) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (!SplitsSgemm(m, n, k, threads)) {
+    return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  const bool columns = n >= m;
+  const int64_t length = columns ? n : m, blocks = (length + 15) / 16;
+  std::vector<absl::Status> status(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t x0 = std::min(length, blocks * t / nt * 16);
+    const int64_t x1 = std::min(length, blocks * (t + 1) / nt * 16);
+    if (x1 > x0 && columns) {
+      status[t] = Sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda,
+                        b + (trans_b ? x0 * ldb : x0), ldb, beta, c + x0, ldc);
+    } else if (x1 > x0) {
+      status[t] = Sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, a + (trans_a ? x0 : x0 * lda), lda,
+                        b, ldb, beta, c + x0 * ldc, ldc);
+    }
+  }
+  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 
@@ -425,8 +471,8 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   }
   switch (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype)) {
     case ProductPath::kSgemm:
-      return Sgemm(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
-                   static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
+      return SgemmProduct(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
+                          static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
     case ProductPath::kBf16Kernel:
       return Bf16GemmTN(1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
                         static_cast<const uint16_t*>(b), ldb, 0, beta, c_dtype, c, ldc, 0);

@@ -472,16 +472,18 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 // by rows), a long reduction with a small C (split by k-pairs between
 // threads, odd k too, at 2 and 3 threads), odd k, padded leading dims,
 // alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 to 3 threads.
+// f32 products of at least 96 x 192 go to two threads as two ranges of C's
+// rows (213 x 131) or columns (131 x 250), each one call of the driver.
 TEST(GemmTest, TransposedAMatchesReference) {
   const int before = GemmThreads();
   struct Size {
     int64_t m, n, k;
   };
-  const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},  Size{45, 37, 77},
-                                   Size{130, 100, 600}, Size{256, 64, 512}, Size{20, 17, 1100},
-                                   Size{37, 45, 77},    Size{64, 200, 600}, Size{13, 130, 77},
-                                   Size{100, 32, 130},  Size{128, 96, 130}, Size{57, 48, 40},
-                                   Size{40, 24, 777}};
+  const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},   Size{45, 37, 77},
+                                   Size{130, 100, 600}, Size{256, 64, 512},  Size{20, 17, 1100},
+                                   Size{37, 45, 77},    Size{64, 200, 600},  Size{13, 130, 77},
+                                   Size{100, 32, 130},  Size{128, 96, 130},  Size{57, 48, 40},
+                                   Size{40, 24, 777},   Size{213, 131, 300}, Size{131, 250, 77}};
   for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
