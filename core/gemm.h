@@ -12,13 +12,15 @@
 // on the f32 path (f16 C is rounded once at the end). f32 products with a
 // narrow C (16-64 columns, alpha 1, beta 0: attention's per-head products)
 // run on a register-blocked AVX-512 kernel instead (core/small_gemm.h), where
-// the CPU has AVX-512, and f32 products of one to four rows with B stored
-// transposed (a decoding step's layers, with or without a bias, and its
-// attention scores) as dot products (core/few_rows_gemm.h). Products with A stored transposed and B not (weight
-// gradients X^T dY) avoid the matmul primitive's slow copy of a transposed
-// A: f32 goes through oneDNN's sgemm driver, bf16 (C of up to 2^20
-// elements, no more columns than rows) through a packed AVX-512 BF16 kernel
-// where the CPU has one (core/bf16_gemm_tn.h). Every kernel picks its ISA at run time.
+// the CPU has AVX-512, and products of one to four rows (a decoding step's
+// layers, with or without a bias, and its attention) on tpx's own f32 and
+// bf16 kernels (core/few_rows_gemm.h). Products with A stored transposed and
+// B not (weight gradients X^T dY) avoid the matmul primitive's slow copy of
+// a transposed A: f32 goes through oneDNN's sgemm driver (on two threads,
+// mid-sized ones as two one-thread calls on halves of C), bf16 (C of up to
+// 2^20 elements, no more columns than rows) through a packed AVX-512 BF16
+// kernel where the CPU has one (core/bf16_gemm_tn.h). Every kernel picks its
+// ISA at run time.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
 // output is written once instead of seeded with the bias and read back.
