@@ -369,6 +369,8 @@ absl::Status SgemmProduct(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    // This implicit task's setting only: each call runs on its own thread.
+    omp_set_num_threads(1);
     const int64_t x0 = std::min(length, blocks * t / nt * 16);
     const int64_t x1 = std::min(length, blocks * (t + 1) / nt * 16);
     if (x1 > x0 && columns) {
