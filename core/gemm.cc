@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -304,21 +305,39 @@ bool SplitsSgemm(int64_t m, int64_t n, int64_t k, int threads) {
          m * n * k < kMaxSplitMacs;
 }
 
-// Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
-// primitive on its own thread; a part with no rows or products is skipped.
-template <typename PartFn>
-absl::Status RunMatmulParts(int threads, const void* bias, PartFn part) {
+// Runs fn(t, nt), an absl::Status, for t in [0, nt) side by side, each on
+// its own thread set to one OpenMP thread (this implicit task's setting
+// only: the caller's is unchanged after), so the library call it makes runs
+// on that thread alone. Returns the first error.
+template <typename Fn>
+absl::Status OnEachThread(int threads, Fn fn) {
   std::vector<absl::Status> status(threads);
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    // This implicit task's setting only: the caller's is unchanged after.
     omp_set_num_threads(1);
-    const MatmulPart p = part(t, nt);
-    if (p.key.m > 0 && p.key.batch > 0) status[t] = RunMatmul(p.key, p.a, p.b, p.c, bias);
+    status[t] = fn(t, nt);
   }
   for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+// Thread t's part [first, last) of [0, length) when nt threads share it in
+// whole 16-wide blocks (the kernels' register blocks).
+std::pair<int64_t, int64_t> BlockRange(int64_t length, int t, int nt) {
+  const int64_t blocks = (length + 15) / 16;
+  return {std::min(length, blocks * t / nt * 16), std::min(length, blocks * (t + 1) / nt * 16)};
+}
+
+// Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
+// primitive on its own thread; a part with no rows or products is skipped.
+template <typename PartFn>
+absl::Status RunMatmulParts(int threads, const void* bias, PartFn part) {
+  return OnEachThread(threads, [&](int t, int nt) {
+    const MatmulPart p = part(t, nt);
+    if (p.key.m == 0 || p.key.batch == 0) return absl::OkStatus();
+    return RunMatmul(p.key, p.a, p.b, p.c, bias);
+  });
 }
 
 // One 2-D product through oneDNN's matmul, as row ranges where SplitsRows.
@@ -328,10 +347,7 @@ absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b
   if (!SplitsRows(key.m, key.n, key.k, threads)) return RunMatmul(key, a, b, c, bias);
   const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
   return RunMatmulParts(threads, bias, [&](int t, int nt) {
-    // Whole 16-row blocks (the kernels' register blocks) per thread.
-    const int64_t blocks = (key.m + 15) / 16;
-    const int64_t r0 = std::min(key.m, blocks * t / nt * 16);
-    const int64_t r1 = std::min(key.m, blocks * (t + 1) / nt * 16);
+    const auto [r0, r1] = BlockRange(key.m, t, nt);
     MatmulPart p{key, static_cast<const char*>(a) + (key.trans_a ? r0 : r0 * key.lda) * ab_size, b,
                  static_cast<char*>(c) + r0 * key.ldc * c_size};
     p.key.m = r1 - r0;
@@ -364,25 +380,16 @@ absl::Status SgemmProduct(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
     return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   const bool columns = n >= m;
-  const int64_t length = columns ? n : m, blocks = (length + 15) / 16;
-  std::vector<absl::Status> status(threads);
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    // This implicit task's setting only: each call runs on its own thread.
-    omp_set_num_threads(1);
-    const int64_t x0 = std::min(length, blocks * t / nt * 16);
-    const int64_t x1 = std::min(length, blocks * (t + 1) / nt * 16);
-    if (x1 > x0 && columns) {
-      status[t] = Sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda,
-                        b + (trans_b ? x0 * ldb : x0), ldb, beta, c + x0, ldc);
-    } else if (x1 > x0) {
-      status[t] = Sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, a + (trans_a ? x0 : x0 * lda), lda,
-                        b, ldb, beta, c + x0 * ldc, ldc);
+  return OnEachThread(threads, [&](int t, int nt) {
+    const auto [x0, x1] = BlockRange(columns ? n : m, t, nt);
+    if (x1 == x0) return absl::OkStatus();
+    if (columns) {
+      return Sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda, b + (trans_b ? x0 * ldb : x0),
+                   ldb, beta, c + x0, ldc);
     }
-  }
-  for (const absl::Status& s : status) TPX_RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+    return Sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, a + (trans_a ? x0 : x0 * lda), lda, b, ldb,
+                 beta, c + x0 * ldc, ldc);
+  });
 }
 
 // Sizes, dtypes and leading dims of one product; `op` names the caller.
