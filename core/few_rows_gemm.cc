@@ -1,13 +1,13 @@
 #include "core/few_rows_gemm.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <type_traits>
 
 #include "core/cpu_features.h"
 #include "core/gemm.h"
+#include "core/gemm_work_split.h"
 #include "core/lane_mask.h"
 
 namespace tpx {
@@ -261,8 +261,7 @@ void ColumnsFor(int64_t m, bool trans_b, int64_t j0, int64_t j1, int64_t k, cons
 }
 
 // The batch as work items (product, group of columns: kBRows rows of B, or
-// a column block), split between the GEMM threads in order: every output
-// comes from the same code on any thread.
+// a column block), split between the GEMM threads by SplitWorkItems.
 template <typename In, typename Out>
 void Run(bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, const In* a, int64_t lda,
          int64_t stride_a, const In* b, int64_t ldb, int64_t stride_b, Out* c, int64_t ldc,
@@ -277,15 +276,7 @@ void Run(bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k, const In*
       it += g1 - g0;
     }
   };
-  const int threads = batch * n * k < kMinSplitElements || omp_in_parallel()
-                          ? 1
-                          : static_cast<int>(std::min<int64_t>(GemmThreads(), items));
-  if (threads <= 1) return run(0, items);
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run(items * t / nt, items * (t + 1) / nt);
-  }
+  SplitWorkItems(items, batch * n * k >= kMinSplitElements, run);
 }
 
 }  // namespace

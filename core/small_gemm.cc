@@ -1,12 +1,12 @@
 #include "core/small_gemm.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 
 #include "core/cpu_features.h"
 #include "core/gemm.h"
+#include "core/gemm_work_split.h"
 
 namespace tpx {
 namespace {
@@ -114,18 +114,7 @@ void SmallGemmF32(int64_t batch, bool trans_a, int64_t m, int64_t n, int64_t k, 
               c + i * stride_c + r0 * ldc, ldc);
     }
   };
-  const int threads = batch * m * n * k < kMinSplitMacs
-                          ? 1
-                          : static_cast<int>(std::min<int64_t>(GemmThreads(), items));
-  if (threads <= 1 || omp_in_parallel()) {
-    run(0, items);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run(items * t / nt, items * (t + 1) / nt);
-  }
+  SplitWorkItems(items, batch * m * n * k >= kMinSplitMacs, run);
 }
 
 }  // namespace tpx
