@@ -25,6 +25,7 @@
 #include "comm/init.h"
 #include "core/gemm.h"
 #include "core/status_macros.h"
+#include "examples/gpt/flag_checks.h"
 #include "examples/gpt/generator.h"
 #include "examples/gpt/model.h"
 #include "launch/local_job.h"
@@ -57,17 +58,14 @@ absl::Status Measure(int tp_size, int threads, const std::vector<int64_t>& batch
   TPX_ASSIGN_OR_RETURN(std::unique_ptr<comm::Communicator> world, comm::Init());
   TPX_ASSIGN_OR_RETURN(auto state, parallel::ParallelState::Create(*world, tp_size));
   const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype != "f32" && dtype != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype must be f32 or bf16, got '", dtype, "'"));
-  }
+  TPX_ASSIGN_OR_RETURN(const DType model_dtype, F32OrBf16("dtype", dtype));
   const GptConfig config{.vocab_size = 256,
                          .seq_len = absl::GetFlag(FLAGS_seq_len),
                          .d_model = absl::GetFlag(FLAGS_d_model),
                          .n_heads = absl::GetFlag(FLAGS_n_heads),
                          .n_layers = absl::GetFlag(FLAGS_n_layers),
                          .d_ff = absl::GetFlag(FLAGS_d_ff),
-                         .dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32};
+                         .dtype = model_dtype};
   const int64_t prompt = absl::GetFlag(FLAGS_prompt_len), steps = absl::GetFlag(FLAGS_decode_tokens);
   if (prompt < 1 || steps < 1 || prompt + kWarmupSteps + steps > config.seq_len) {
     return absl::InvalidArgumentError(absl::StrCat(

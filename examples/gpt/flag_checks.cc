@@ -43,4 +43,11 @@ absl::Status CheckElementCount(
       ") exceeds the largest tensor the example builds (", kMaxTensorElements, " elements)"));
 }
 
+absl::StatusOr<DType> F32OrBf16(absl::string_view flag, absl::string_view value) {
+  if (value == "f32") return DType::kF32;
+  if (value == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " must be f32 or bf16, got '", value, "'"));
+}
+
 }  // namespace tpx::gpt

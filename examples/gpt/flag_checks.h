@@ -5,6 +5,7 @@
 //   TPX_RETURN_IF_ERROR(CheckAtLeast("steps", absl::GetFlag(FLAGS_steps), 1));
 //   TPX_RETURN_IF_ERROR(CheckReal("lr", absl::GetFlag(FLAGS_lr), 0, /*min_inclusive=*/false));
 //   TPX_RETURN_IF_ERROR(CheckElementCount({{"seq_len", s}, {"batch", b}, {"d_model", d}}));
+//   TPX_ASSIGN_OR_RETURN(DType dtype, F32OrBf16("dtype", absl::GetFlag(FLAGS_dtype)));
 #ifndef TPX_EXAMPLES_GPT_FLAG_CHECKS_H_
 #define TPX_EXAMPLES_GPT_FLAG_CHECKS_H_
 
@@ -13,7 +14,9 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/dtype.h"
 
 namespace tpx::gpt {
 
@@ -28,6 +31,10 @@ absl::Status CheckReal(absl::string_view flag, double value, double min, bool mi
 // The product of the flags' values (each >= 1) is at most kMaxTensorElements.
 absl::Status CheckElementCount(
     std::initializer_list<std::pair<absl::string_view, int64_t>> factors);
+// The dtype a flag that takes "f32" or "bf16" names (--dtype, a model's;
+// --grad_reduce_dtype); otherwise InvalidArgument "--<flag> must be f32 or
+// bf16, got '<value>'".
+absl::StatusOr<DType> F32OrBf16(absl::string_view flag, absl::string_view value);
 
 }  // namespace tpx::gpt
 

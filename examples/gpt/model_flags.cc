@@ -22,11 +22,7 @@ ABSL_FLAG(std::string, dtype, "f32",
 namespace tpx::gpt {
 
 absl::StatusOr<GptConfig> GptConfigFromFlags() {
-  const std::string dtype = absl::GetFlag(FLAGS_dtype);
-  if (dtype != "f32" && dtype != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype must be f32 or bf16, got '", dtype, "'"));
-  }
+  TPX_ASSIGN_OR_RETURN(const DType dtype, F32OrBf16("dtype", absl::GetFlag(FLAGS_dtype)));
   return GptConfig{.vocab_size = ByteDataset::kVocabSize,
                    .seq_len = absl::GetFlag(FLAGS_seq_len),
                    .d_model = absl::GetFlag(FLAGS_d_model),
@@ -37,7 +33,7 @@ absl::StatusOr<GptConfig> GptConfigFromFlags() {
                    .sequence_parallel = absl::GetFlag(FLAGS_sequence_parallel),
                    .activation_checkpointing = absl::GetFlag(FLAGS_recompute),
                    .seed = absl::GetFlag(FLAGS_seed),
-                   .dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32};
+                   .dtype = dtype};
 }
 
 absl::Status CheckModelFlags() {

@@ -55,6 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{"--d_model=1073741824 --n_heads=1", "--d_model * --d_model"},
                       BadFlag{"--seq_len=-5", "--seq_len must be at least 1"},
                       BadFlag{"--d_ff=0", "--d_ff must be at least 1"},
+                      BadFlag{"--dtype=f16", "--dtype must be f32 or bf16, got 'f16'"},
                       BadFlag{"--n_layers=-1", "--n_layers must be at least 1"},
                       BadFlag{"--nproc=0", "--nproc must be at least 1"},
                       BadFlag{"--nproc=100000", "--nproc must be at most 1024"},

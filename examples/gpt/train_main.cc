@@ -151,12 +151,8 @@ absl::Status RankMain() {
   o.min_lr = absl::GetFlag(FLAGS_min_lr);
   o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.clip_norm = absl::GetFlag(FLAGS_clip);
-  const std::string reduce_dtype = absl::GetFlag(FLAGS_grad_reduce_dtype);
-  if (reduce_dtype != "f32" && reduce_dtype != "bf16") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--grad_reduce_dtype must be f32 or bf16, got '", reduce_dtype, "'"));
-  }
-  o.grad_reduce_dtype = reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  TPX_ASSIGN_OR_RETURN(o.grad_reduce_dtype,
+                       F32OrBf16("grad_reduce_dtype", absl::GetFlag(FLAGS_grad_reduce_dtype)));
   o.log_interval = absl::GetFlag(FLAGS_log_interval);
   o.eval_interval = absl::GetFlag(FLAGS_eval_interval);
   o.eval_batches = absl::GetFlag(FLAGS_eval_batches);
