@@ -22,6 +22,10 @@ namespace {
 //   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
 //     kPanel columns) in L2;
 //   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1.
+// The first block that needs a panel of B or a chunk of A packs it while
+// it multiplies (the others read the packed copy): packing then overlaps
+// that block's products instead of running alone before them, which cost
+// the GPT example's weight gradients 5-10% of the peak.
 // Each thread has its own buffers and its own part of C (no waiting on
 // the others).
 // A register block of C is kMr x kPanel: 6 x 4 accumulators, 4 B vectors
@@ -34,8 +38,7 @@ constexpr int64_t kChunkBlocks = 8;
 constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
 static_assert(kChunkRows % 16 == 0);
 // Words from one packed panel to the next: a cache line more than its
-// size, so that packing, which writes to all of them k-pair by k-pair, does
-// not map them onto the same cache sets.
+// size, so that the panels do not start on the same cache sets.
 constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
 
 // The zero-masking forms of the AVX-512 conversions and shifts: the plain
@@ -44,24 +47,6 @@ constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
 constexpr __mmask16 kAll = 0xFFFF;
 
 TPX_BF16_TARGET inline __m512i Widen(__m256i v) { return _mm512_maskz_cvtepu16_epi32(kAll, v); }
-
-// 16 values of row 2p (lo) and of row 2p + 1 (hi) as 32-bit pairs.
-TPX_BF16_TARGET inline __m512i Interleave(__m256i lo, __m256i hi) {
-  return _mm512_or_si512(Widen(lo), _mm512_maskz_slli_epi32(kAll, Widen(hi), 16));
-}
-
-// The first lanes of `mask` of rows 2p and 2p + 1 (row1 == nullptr: past k,
-// zeros) as 32-bit pairs.
-TPX_BF16_TARGET inline __m512i PairUp(const uint16_t* row0, const uint16_t* row1, __mmask16 mask) {
-  // Masked loads only at the edges: they are slower than plain ones.
-  const bool whole = mask == kAll;
-  const __m256i lo = whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0))
-                           : _mm256_maskz_loadu_epi16(mask, row0);
-  const __m256i hi = row1 == nullptr ? _mm256_setzero_si256()
-                     : whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1))
-                             : _mm256_maskz_loadu_epi16(mask, row1);
-  return Interleave(lo, hi);
-}
 
 // vpermt2w's word indices that interleave 16 values of its first operand,
 // from `first` on, with the same 16 of its second (indices from 32 on).
@@ -78,37 +63,34 @@ constexpr PairIndices PairIndicesFrom(int first) {
 }
 constexpr PairIndices kLowPairs = PairIndicesFrom(0), kHighPairs = PairIndicesFrom(16);
 
-// V whole vectors of pairs of two rows (16 V columns of each) into out:
-// 32 columns of both rows a step, each 16 pairs one vpermt2w (the widening
-// Interleave takes four operations).
-template <int V>
-TPX_BF16_TARGET inline void PairRows(const uint16_t* row0, const uint16_t* row1, uint32_t* out) {
-  const __m512i low = _mm512_load_si512(kLowPairs.words);
-  const __m512i high = _mm512_load_si512(kHighPairs.words);
-#pragma GCC unroll 2
-  for (int v = 0; v + 1 < V; v += 2) {
-    const __m512i lo = _mm512_loadu_si512(row0 + 16 * v);
-    const __m512i hi = _mm512_loadu_si512(row1 + 16 * v);
-    _mm512_store_si512(out + 16 * v, _mm512_permutex2var_epi16(lo, low, hi));
-    _mm512_store_si512(out + 16 * v + 16, _mm512_permutex2var_epi16(lo, high, hi));
-  }
-  if constexpr (V % 2 == 1) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + 16 * (V - 1)));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1 + 16 * (V - 1)));
-    _mm512_store_si512(out + 16 * (V - 1), Interleave(lo, hi));
-  }
-}
+// Rows of an operand that a block packs as it goes: pair p is rows
+// 2p and 2p + 1 from `rows` (`ld` values apart; from pair `whole_pairs` on
+// the second row is past k: zeros), `width` values of them from the first
+// (those of the panel inside n, or of the chunk inside m).
+struct SourceRows {
+  const uint16_t* rows = nullptr;
+  int64_t ld = 0, whole_pairs = 0, width = 0;
+};
 
-// `width` (at most 64: a chunk of A or a panel of B) values of rows row0 and
-// row1 (null: past k, zeros) as pairs into out, whole vectors up to a
-// multiple of 16. For the edges: a pair past k, a panel's last columns.
-static_assert(kChunkRows <= 64 && kPanel <= 64, "PairRowsUpTo pairs at most 64 values");
-TPX_BF16_TARGET inline void PairRowsUpTo(int64_t width, const uint16_t* row0, const uint16_t* row1,
-                                         uint32_t* out) {
-  for (int64_t c = 0; c < width; c += 16) {
-    _mm512_store_si512(
-        out + c, PairUp(row0 + c, row1 == nullptr ? nullptr : row1 + c, FirstLanes(width - c)));
+// Values [c, c + 32) of pair p of `src` as two vectors of pairs (columns
+// c to c + 15, then c + 16 to c + 31; zeros past its width), with one
+// vpermt2w each.
+TPX_BF16_TARGET inline void PairUp32(SourceRows src, int64_t p, int64_t c, __m512i low,
+                                     __m512i high, __m512i* first, __m512i* second) {
+  const uint16_t* row0 = src.rows + 2 * p * src.ld + c;
+  const int64_t left = src.width - c;
+  __m512i lo, hi = _mm512_setzero_si512();
+  const bool whole = p < src.whole_pairs;
+  if (left >= 32) {  // masked loads only at the edges: they are slower
+    lo = _mm512_loadu_si512(row0);
+    if (whole) hi = _mm512_loadu_si512(row0 + src.ld);
+  } else {
+    const __mmask32 mask = (__mmask32{1} << left) - 1;
+    lo = _mm512_maskz_loadu_epi16(mask, row0);
+    if (whole) hi = _mm512_maskz_loadu_epi16(mask, row0 + src.ld);
   }
+  *first = _mm512_permutex2var_epi16(lo, low, hi);
+  *second = _mm512_permutex2var_epi16(lo, high, hi);
 }
 
 // Where a slice's partial sums go: straight into an f32 C (alpha applied,
@@ -147,112 +129,71 @@ int64_t WholePairs(const Product& pr, int64_t p0, int64_t pairs) {
   return std::clamp<int64_t>(pr.k / 2 - p0, 0, pairs);
 }
 
-// `pairs` pairs of rows (row0 and row0 + ld, then 2 ld further each) of V
-// whole vectors into out, `step` words apart.
-template <int V>
-TPX_BF16_TARGET void PairRowRun(const uint16_t* row0, int64_t ld, int64_t pairs, uint32_t* out,
-                                int64_t step) {
-  for (int64_t p = 0; p < pairs; ++p, row0 += 2 * ld, out += step) {
-    PairRows<V>(row0, row0 + ld, out);
+// Pair p of a chunk of A's rows into its packed line.
+TPX_BF16_TARGET inline void PackALine(SourceRows src, int64_t p, __m512i low, __m512i high,
+                                      uint32_t* line) {
+  static_assert(kChunkRows <= 64);
+  for (int64_t c = 0; c < src.width; c += 32) {
+    __m512i first, second;
+    PairUp32(src, p, c, low, high, &first, &second);
+    _mm512_store_si512(line + c, first);
+    if (c + 16 < src.width) _mm512_store_si512(line + c + 16, second);
   }
 }
 
-// PairRowRun for v (1 to 4) vectors chosen at run time.
-TPX_BF16_TARGET void PairRowRunOf(int64_t v, const uint16_t* row0, int64_t ld, int64_t pairs,
-                                  uint32_t* out, int64_t step) {
-  switch (v) {
-    case 1:
-      return PairRowRun<1>(row0, ld, pairs, out, step);
-    case 2:
-      return PairRowRun<2>(row0, ld, pairs, out, step);
-    case 3:
-      return PairRowRun<3>(row0, ld, pairs, out, step);
-    default:
-      return PairRowRun<4>(row0, ld, pairs, out, step);
-  }
-}
+// What a block packs as it multiplies: nothing, the chunk of A (into ap,
+// from its first row: the block is the chunk's first), the panel of B (into
+// bp), or both.
+enum Packs { kPacksNone = 0, kPacksA = 1, kPacksB = 2, kPacksBoth = 3 };
+// A packing block packs its chunk of A this many pairs ahead of the pair
+// it multiplies: the broadcasts then read lines stored a while before, not
+// ones still in flight (attention's dV: 0.72 -> 0.75 of the peak).
+constexpr int64_t kPackAhead = 4;
 
-// `pairs` pairs of rows (row0 and row0 + ld, then 2 ld further each; from
-// pair `whole` on, the second row is past k: zeros) of `width` (at most 64)
-// columns into out, `step` words apart, zeros up to a whole vector. The
-// whole vectors of the whole pairs go through one tight loop: a narrow
-// operand (attention's dV: 32 columns) has too little work per pair to
-// carry a per-pair dispatch.
-TPX_BF16_TARGET void PairUpColumns(const uint16_t* row0, int64_t ld, int64_t width, int64_t whole,
-                                   int64_t pairs, uint32_t* out, int64_t step) {
-  const int64_t done = width / 16 * 16;
-  if (done > 0) PairRowRunOf(done / 16, row0, ld, whole, out, step);
-  // The rest: the whole pairs' last partial vector, and a pair past k.
-  for (int64_t p = done == width ? whole : 0; p < pairs; ++p) {
-    const int64_t from = p < whole ? done : 0;
-    const uint16_t* r = row0 + 2 * p * ld + from;
-    PairRowsUpTo(width - from, r, p < whole ? r + ld : nullptr, out + p * step + from);
-  }
-}
-
-// Pairs [p0, p0 + pairs) of the rows [r0, r0 + kChunkRows) of op(A) into
-// ap as [pair][kChunkRows]: op(A)(r, p) = a[p * lda + r] (rows past m are
-// left unwritten: the blocks never read them). Whole 16-lane vectors: the
-// kernel picks its kMr rows from a pair's line, so packing needs no
-// per-block scatter.
-TPX_BF16_TARGET void PackA(const Product& pr, int64_t p0, int64_t pairs, int64_t r0,
-                           uint32_t* ap) {
-  PairUpColumns(pr.a + 2 * p0 * pr.lda + r0, pr.lda, std::min(kChunkRows, pr.m - r0),
-                WholePairs(pr, p0, pairs), pairs, ap, kChunkRows);
-}
-
-// Pairs [p0, p0 + pairs) of panels [first, last) into bp (panel `first` at
-// bp); columns past n are zeros up to a whole 16-column vector.
-TPX_BF16_TARGET void PackB(const Product& pr, int64_t p0, int64_t pairs, int64_t first,
-                           int64_t last, uint32_t* bp) {
-  // Locals only in the loops: pr's fields would be reloaded every pair, as
-  // the stores through bp could alias them.
-  const int64_t ldb = pr.ldb, n = pr.n;
-  const int64_t whole = WholePairs(pr, p0, pairs);
-  const uint16_t* row0 = pr.b + 2 * p0 * ldb;
-  // One panel (B of a narrow C) in one tight loop; several pair by pair
-  // across the panels, reading each pair of rows once (measured slightly
-  // faster on the GPT example's weight gradients).
-  if (last - first == 1) {
-    const int64_t c0 = first * kPanel;
-    return PairUpColumns(row0 + c0, ldb, std::min(kPanel, n - c0), whole, pairs, bp, kPanel);
-  }
-  // Panels [first, full) have all kPanel columns inside n.
-  const int64_t full = std::max(first, std::min(last, n / kPanel));
-  for (int64_t p = 0; p < pairs; ++p, row0 += 2 * ldb, bp += kPanel) {
-    const uint16_t* row1 = p < whole ? row0 + ldb : nullptr;
-    int64_t panel = first;
-    if (row1 != nullptr) {
-      for (; panel < full; ++panel) {
-        PairRows<kPanel / 16>(row0 + panel * kPanel, row1 + panel * kPanel,
-                              bp + (panel - first) * kPanelStride);
-      }
-    }
-    for (; panel < last; ++panel) {
-      const int64_t c0 = panel * kPanel;
-      PairRowsUpTo(std::min(kPanel, n - c0), row0 + c0, row1 == nullptr ? nullptr : row1 + c0,
-                   bp + (panel - first) * kPanelStride);
-    }
-  }
-}
-
-// The block of C at (row, col) (MR <= kMr rows, cols <= 16 * NV) for
-// `pairs` k-pairs of packed A (ap: its first row, pairs kChunkRows words
-// apart) and the packed B panel, written as `stage` says.
-template <int NV, int MR>
-TPX_BF16_TARGET void Block(const Product& pr, const uint32_t* ap, const uint32_t* bp,
-                           int64_t pairs, int64_t row, int64_t col, Stage stage) {
+// The block of C at (row, col) (MR rows, cols <= 16 * NV) for `pairs`
+// k-pairs of packed A (ap: its first row, pairs kChunkRows words apart)
+// and the packed B panel, written as `stage` says; packing first what
+// kPacks says from a_src and b_src (by value: through references, the
+// packed stores, of may-alias vector types, would have every field
+// reloaded each pair).
+template <int NV, int MR, int kPacks>
+TPX_BF16_TARGET void Block(const Product& pr, uint32_t* ap, uint32_t* bp, SourceRows a_src,
+                           SourceRows b_src, int64_t pairs, int64_t row, int64_t col, Stage stage) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   }
+  [[maybe_unused]] const __m512i low = _mm512_load_si512(kLowPairs.words);
+  [[maybe_unused]] const __m512i high = _mm512_load_si512(kHighPairs.words);
+  if constexpr ((kPacks & kPacksA) != 0) {
+    for (int64_t p = 0; p < std::min<int64_t>(pairs, kPackAhead); ++p)
+      PackALine(a_src, p, low, high, ap + p * kChunkRows);
+  }
   for (int64_t p = 0; p < pairs; ++p) {
-    __m512i bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(bp + p * kPanel + 16 * v);
     const uint32_t* a_pair = ap + p * kChunkRows;
+    if constexpr ((kPacks & kPacksA) != 0) {
+      if (p + kPackAhead < pairs)
+        PackALine(a_src, p + kPackAhead, low, high, ap + (p + kPackAhead) * kChunkRows);
+    }
+    __m512i bv[NV];
+    uint32_t* b_pair = bp + p * kPanel;
+    if constexpr ((kPacks & kPacksB) != 0) {
+#pragma GCC unroll 2
+      for (int v = 0; v < NV; v += 2) {
+        __m512i second;
+        PairUp32(b_src, p, 16 * v, low, high, &bv[v], &second);
+        _mm512_store_si512(b_pair + 16 * v, bv[v]);
+        if (v + 1 < NV) {
+          bv[v + 1] = second;
+          _mm512_store_si512(b_pair + 16 * v + 16, second);
+        }
+      }
+    } else {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_si512(b_pair + 16 * v);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const __m512i av = _mm512_set1_epi32(static_cast<int>(a_pair[r]));
@@ -327,33 +268,69 @@ int64_t NextBlockRows(int64_t left) {
   return max_rows;
 }
 
-// Block<NV, rows> for rows in [MR, MaxRowsFor(NV)], picked at run time.
-template <int NV, int MR = 1>
-void BlockRows(int64_t rows, const Product& pr, const uint32_t* ap, const uint32_t* bp,
-               int64_t pairs, int64_t row, int64_t col, Stage stage) {
+// What one block multiplies and packs: its k-pairs and rows, the packed
+// copies it reads (and writes, as `packs` says) and their sources.
+struct BlockArgs {
+  uint32_t* ap;  // the packed chunk of A from the block's first row
+  uint32_t* bp;  // the packed panel of B
+  SourceRows a_src, b_src;
+  int packs = kPacksNone;
+  int64_t pairs = 0, row = 0, col = 0;
+  Stage stage = Stage::kOnly;
+};
+
+// Block<NV, rows, packs> for rows in [MR, MaxRowsFor(NV)], picked at run
+// time.
+template <int NV, int kPacks, int MR = 1>
+void BlockRows(int64_t rows, const Product& pr, const BlockArgs& b) {
   if constexpr (MR <= MaxRowsFor(NV)) {
-    if (rows == MR) return Block<NV, MR>(pr, ap, bp, pairs, row, col, stage);
-    BlockRows<NV, MR + 1>(rows, pr, ap, bp, pairs, row, col, stage);
+    if (rows == MR) {
+      return Block<NV, MR, kPacks>(pr, b.ap, b.bp, b.a_src, b.b_src, b.pairs, b.row, b.col,
+                                   b.stage);
+    }
+    BlockRows<NV, kPacks, MR + 1>(rows, pr, b);
   }
 }
 
 template <int NV>
-int64_t BlockOf(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
-                int64_t row, int64_t col, int64_t row_end, Stage stage) {
-  const int64_t rows = NextBlockRows<NV>(row_end - row);
-  BlockRows<NV>(rows, pr, ap, bp, pairs, row, col, stage);
-  return rows;
+void BlockOf(int64_t rows, const Product& pr, const BlockArgs& b) {
+  switch (b.packs) {
+    case kPacksNone:
+      return BlockRows<NV, kPacksNone>(rows, pr, b);
+    case kPacksA:
+      return BlockRows<NV, kPacksA>(rows, pr, b);
+    case kPacksB:
+      return BlockRows<NV, kPacksB>(rows, pr, b);
+    default:
+      return BlockRows<NV, kPacksBoth>(rows, pr, b);
+  }
 }
 
-// The block at (row, col) with as many 16-column vectors as C has there and
-// NextBlockRows rows of those before row_end. Returns the rows done.
-int64_t BlockAt(const Product& pr, const uint32_t* ap, const uint32_t* bp, int64_t pairs,
-                int64_t row, int64_t col, int64_t row_end, Stage stage) {
-  switch ((pr.n - col + 15) / 16) {
-    case 1: return BlockOf<1>(pr, ap, bp, pairs, row, col, row_end, stage);
-    case 2: return BlockOf<2>(pr, ap, bp, pairs, row, col, row_end, stage);
-    case 3: return BlockOf<3>(pr, ap, bp, pairs, row, col, row_end, stage);
-    default: return BlockOf<4>(pr, ap, bp, pairs, row, col, row_end, stage);
+// The block at (b.row, b.col) with as many 16-column vectors as C has
+// there and NextBlockRows rows of those before row_end. Returns the rows
+// done.
+int64_t BlockAt(const Product& pr, const BlockArgs& b, int64_t row_end) {
+  switch ((pr.n - b.col + 15) / 16) {
+    case 1: {
+      const int64_t rows = NextBlockRows<1>(row_end - b.row);
+      BlockOf<1>(rows, pr, b);
+      return rows;
+    }
+    case 2: {
+      const int64_t rows = NextBlockRows<2>(row_end - b.row);
+      BlockOf<2>(rows, pr, b);
+      return rows;
+    }
+    case 3: {
+      const int64_t rows = NextBlockRows<3>(row_end - b.row);
+      BlockOf<3>(rows, pr, b);
+      return rows;
+    }
+    default: {
+      const int64_t rows = NextBlockRows<4>(row_end - b.row);
+      BlockOf<4>(rows, pr, b);
+      return rows;
+    }
   }
 }
 
@@ -369,8 +346,6 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
     return Slice{g0, std::min(panels, g0 + kGroupPanels), p0, std::min(kSlicePairs, pairs - p0)};
   };
   for (Slice sl = slice_at(0, 0); sl.g0 < panels;) {
-    const Slice next = sl.p0 + sl.pairs < pairs ? slice_at(sl.g0, sl.p0 + sl.pairs)
-                                                : slice_at(sl.g0 + kGroupPanels, 0);
     const bool first = sl.p0 == 0, last = sl.p0 + sl.pairs == pairs && !pr.continues;
     Stage stage = first && last ? Stage::kOnly
                   : first       ? Stage::kFirst
@@ -382,46 +357,35 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       out.c = static_cast<float*>(pr.c) + sl.p0 / kSlicePairs * pr.slice_stride;
       stage = Stage::kOnly;
     }
-    PackB(pr, sl.p0, sl.pairs, sl.g0, sl.g1, bp);
-    // While the blocks multiply, the rows of B packed next are
-    // fetched into L2 a little at a time: packing then reads from cache
-    // instead of waiting on memory with nothing else to do.
-    const char* pf_row = nullptr;
-    int64_t pf_row_bytes = 0, pf_lines = 0, pf_per_row = 0, pf_next = 0, pf_col = 0, pf_step = 0;
-    if (next.g0 < panels) {
-      const int64_t c0 = next.g0 * kPanel, c1 = std::min(pr.n, next.g1 * kPanel);
-      const int64_t k0 = 2 * next.p0, k1 = std::min(pr.k, 2 * (next.p0 + next.pairs));
-      if (c1 > c0) {
-        pf_row = reinterpret_cast<const char*>(pr.b + k0 * pr.ldb + c0);
-        pf_row_bytes = pr.ldb * 2;
-        pf_per_row = ((c1 - c0) * 2 + 63) / 64 + 1;
-        pf_lines = (k1 - k0) * pf_per_row;
-        const int64_t calls = std::max<int64_t>(1, blocks * (sl.g1 - sl.g0));
-        pf_step = (pf_lines + calls - 1) / calls;
-      }
-    }
+    const int64_t whole = WholePairs(pr, sl.p0, sl.pairs);
     for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-      const int64_t b1 = std::min(blocks, b0 + kChunkBlocks);
-      PackA(pr, sl.p0, sl.pairs, b0 * kMr, ap);
-      const int64_t row_end = std::min(pr.m, b1 * kMr);
+      const int64_t r0 = b0 * kMr, row_end = std::min(pr.m, (b0 + kChunkBlocks) * kMr);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
-        for (int64_t row = b0 * kMr; row < row_end;) {
-          const int64_t done =
-              BlockAt(out, ap + (row - b0 * kMr), bp + (panel - sl.g0) * kPanelStride, sl.pairs,
-                      row, panel * kPanel, row_end, stage);
-          row += done;
-          const int64_t lines = (pf_step * done + kMr - 1) / kMr;
-          for (int64_t i = 0; i < lines && pf_next < pf_lines; ++i, ++pf_next) {
-            _mm_prefetch(pf_row + pf_col * 64, _MM_HINT_T1);
-            if (++pf_col == pf_per_row) {
-              pf_col = 0;
-              pf_row += pf_row_bytes;
-            }
+        const int64_t c0 = panel * kPanel;
+        for (int64_t row = r0; row < row_end;) {
+          BlockArgs b{ap + (row - r0), bp + (panel - sl.g0) * kPanelStride};
+          b.pairs = sl.pairs;
+          b.row = row;
+          b.col = c0;
+          b.stage = stage;
+          // The chunk's first block on the slice's first panel packs the
+          // chunk of A; the first chunk's first block on each panel packs
+          // the panel of B.
+          if (panel == sl.g0 && row == r0) {
+            b.packs |= kPacksA;
+            b.a_src = SourceRows{pr.a + 2 * sl.p0 * pr.lda + r0, pr.lda, whole, row_end - r0};
           }
+          if (b0 == 0 && row == r0) {
+            b.packs |= kPacksB;
+            b.b_src = SourceRows{pr.b + 2 * sl.p0 * pr.ldb + c0, pr.ldb, whole,
+                                 std::min(kPanel, pr.n - c0)};
+          }
+          row += BlockAt(out, b, row_end);
         }
       }
     }
-    sl = next;
+    sl = sl.p0 + sl.pairs < pairs ? slice_at(sl.g0, sl.p0 + sl.pairs)
+                                  : slice_at(sl.g0 + kGroupPanels, 0);
   }
 }
 
