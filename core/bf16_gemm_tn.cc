@@ -415,20 +415,18 @@ Product Part(const Product& pr, int t, int nt) {
 // The reduction split between threads, for few products with a small C and
 // a long k: splitting rows or columns has every thread pack all of the
 // other operand, splitting k has each pack a 1/threads share of both and
-// costs one pass over C and the slices' sums. Picks k when that moves fewer
-// values per thread and every thread gets whole slices. Of the GPT
-// example's weight gradients at 2 threads (2048 tokens), the attention
-// projection's (128 x 128) goes from 0.76 to 0.85 of the FMA peak and the
-// logits' (256 x 128) from 0.83 to 0.86-0.89.
+// costs one pass over C and the slices' sums. Since each panel and chunk is
+// packed by the block that first multiplies it, the duplicated packing
+// costs little while the operands stay in L2; measured at 2 threads, k
+// wins only for a C of at most 2k (and 8192) values with k >= 2048:
+// 32 x 32 (k 2048-4096) +4-14%, 64 x 64 and 100 x 32 (k 4096-8192) +5-10%,
+// 48 x 16 (k 16384) +22%; even at 64 x 64 (k 2048) and 128 x 128 or
+// 128 x 64 (k 4096-8192); rows or columns win for 128 x 64 (k 2048) +7%,
+// 96 x 96 +12%, 32 x 32 (k 1024) +5%. Every thread gets whole slices.
 bool SplitReduction(const Product& pr, int threads) {
-  const int64_t m = pr.m, n = pr.n, k = pr.k;
-  if (threads < 2 || pr.Slices() < threads) return false;
-  const int64_t rows_or_cols = k * (std::max(m, n) / threads + std::min(m, n));
-  // A value of a slice's f32 sums (written, then read) counts as 1.5 packed
-  // bf16 values: measured, it splits the projection's and the logits'
-  // weight gradients (above) and not qkv's (384 x 128), which it slowed.
-  const int64_t reduction = k / threads * (m + n) + 3 * m * n * pr.Slices() / threads / 2;
-  return reduction < rows_or_cols;
+  constexpr int64_t kMinK = 2048, kMaxC = 8192;
+  if (threads < 2 || pr.Slices() < threads || pr.k < kMinK) return false;
+  return pr.m * pr.n <= std::min(kMaxC, 2 * pr.k);
 }
 
 // Thread t's first slice when nt threads share `slices`.

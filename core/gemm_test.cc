@@ -465,9 +465,10 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 // Products with A stored transposed and B not (weight gradients) take
 // their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
 // kernel for bf16 where the CPU has it (core/bf16_gemm_tn.h). Sizes off its
-// 6-row blocks (12-row ones for C of at most 32 columns; remainders split
-// into two smaller blocks, as 128 and 57 rows have), 48-row chunks,
-// 64-column panels and 512-k slices (one, two and three of them), C wider
+// 6-row blocks (12-row ones for C of 17 to 32 columns, 16-row ones for at
+// most 16; remainders split into two smaller blocks, as 128 and 57 rows
+// have), 48-row chunks, 64-column panels and 512-k slices (one, two and
+// three of them), C wider
 // than tall (split by panels between threads) and taller than wide (split
 // by rows), a long reduction with a small C (split by k-pairs between
 // threads, odd k too, at 2 and 3 threads), odd k, padded leading dims,
@@ -480,17 +481,17 @@ TEST(GemmTest, TransposedAMatchesReference) {
     int64_t m, n, k;
   };
   const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},   Size{45, 37, 77},
-                                   Size{130, 100, 600}, Size{256, 64, 512},  Size{20, 17, 1100},
+                                   Size{130, 100, 600}, Size{256, 64, 512},  Size{20, 17, 2101},
                                    Size{37, 45, 77},    Size{64, 200, 600},  Size{13, 130, 77},
                                    Size{100, 32, 130},  Size{128, 96, 130},  Size{57, 48, 40},
-                                   Size{40, 24, 777},   Size{213, 131, 300}, Size{131, 250, 77}};
+                                   Size{40, 24, 4096},  Size{213, 131, 300}, Size{131, 250, 77}};
   for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
       for (DType c : {DType::kF32, ab}) {
         for (Size sz : sizes) {
           // 3 threads: the long reductions only.
-          if (threads == 3 && sz.k < 777) continue;
+          if (threads == 3 && sz.k < 2048) continue;
           for (float beta : {0.0f, 0.5f}) {
             const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
             ExpectMatchesReference({.ab = ab, .c = c, .ta = true, .m = sz.m, .n = sz.n,
@@ -521,7 +522,7 @@ TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
   struct Size {
     int64_t m, n, k;
   };
-  for (Size sz : {Size{20, 17, 1100}, Size{40, 24, 777}, Size{130, 100, 600}, Size{64, 200, 600},
+  for (Size sz : {Size{20, 17, 2101}, Size{40, 24, 4096}, Size{130, 100, 600}, Size{64, 200, 600},
                   Size{128, 128, 2048}}) {
     const int64_t lda = sz.m + 1, ldb = sz.n + 2, ldc = sz.n + 3;
     std::vector<char> a = Encode(DType::kBF16, Random(sz.k * lda, 70));
