@@ -292,45 +292,39 @@ void BlockRows(int64_t rows, const Product& pr, const BlockArgs& b) {
   }
 }
 
+// The block at (b.row, b.col) with NV vectors of columns and NextBlockRows
+// rows before row_end. Returns the rows done.
 template <int NV>
-void BlockOf(int64_t rows, const Product& pr, const BlockArgs& b) {
+int64_t BlockOf(const Product& pr, const BlockArgs& b, int64_t row_end) {
+  const int64_t rows = NextBlockRows<NV>(row_end - b.row);
   switch (b.packs) {
     case kPacksNone:
-      return BlockRows<NV, kPacksNone>(rows, pr, b);
+      BlockRows<NV, kPacksNone>(rows, pr, b);
+      break;
     case kPacksA:
-      return BlockRows<NV, kPacksA>(rows, pr, b);
+      BlockRows<NV, kPacksA>(rows, pr, b);
+      break;
     case kPacksB:
-      return BlockRows<NV, kPacksB>(rows, pr, b);
+      BlockRows<NV, kPacksB>(rows, pr, b);
+      break;
     default:
-      return BlockRows<NV, kPacksBoth>(rows, pr, b);
+      BlockRows<NV, kPacksBoth>(rows, pr, b);
+      break;
   }
+  return rows;
 }
 
-// The block at (b.row, b.col) with as many 16-column vectors as C has
-// there and NextBlockRows rows of those before row_end. Returns the rows
-// done.
+// BlockOf with as many 16-column vectors as C has at b.col (up to 4).
 int64_t BlockAt(const Product& pr, const BlockArgs& b, int64_t row_end) {
   switch ((pr.n - b.col + 15) / 16) {
-    case 1: {
-      const int64_t rows = NextBlockRows<1>(row_end - b.row);
-      BlockOf<1>(rows, pr, b);
-      return rows;
-    }
-    case 2: {
-      const int64_t rows = NextBlockRows<2>(row_end - b.row);
-      BlockOf<2>(rows, pr, b);
-      return rows;
-    }
-    case 3: {
-      const int64_t rows = NextBlockRows<3>(row_end - b.row);
-      BlockOf<3>(rows, pr, b);
-      return rows;
-    }
-    default: {
-      const int64_t rows = NextBlockRows<4>(row_end - b.row);
-      BlockOf<4>(rows, pr, b);
-      return rows;
-    }
+    case 1:
+      return BlockOf<1>(pr, b, row_end);
+    case 2:
+      return BlockOf<2>(pr, b, row_end);
+    case 3:
+      return BlockOf<3>(pr, b, row_end);
+    default:
+      return BlockOf<4>(pr, b, row_end);
   }
 }
 
