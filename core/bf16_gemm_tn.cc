@@ -162,15 +162,29 @@ enum Packs { kPacksNone = 0, kPacksA = 1, kPacksB = 2, kPacksBoth = 3 };
 // ones still in flight (attention's dV: 0.72 -> 0.75 of the peak).
 constexpr int64_t kPackAhead = 4;
 
-// The block of C at (row, col) (MR rows, cols <= 16 * NV) for `pairs`
-// k-pairs of packed A (ap: its first row, pairs kChunkRows words apart)
-// and the packed B panel, written as `stage` says; packing first what
-// kPacks says from a_src and b_src (by value: through references, the
-// packed stores, of may-alias vector types, would have every field
+// What one block multiplies and packs: its k-pairs and rows, the packed
+// copies it reads (and writes, as `packs` says) and their sources.
+struct BlockArgs {
+  uint32_t* ap;  // the packed chunk of A from the block's first row
+  uint32_t* bp;  // the packed panel of B
+  SourceRows a_src, b_src;
+  int packs = kPacksNone;
+  int64_t pairs = 0, row = 0, col = 0;
+  Stage stage = Stage::kOnly;
+};
+
+// The block of C at (b.row, b.col) (MR rows, cols <= 16 * NV) for b.pairs
+// k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart)
+// and the packed B panel, written as b.stage says; packing first what
+// kPacks says from b.a_src and b.b_src (b by value: through a reference,
+// the packed stores, of may-alias vector types, would have every field
 // reloaded each pair).
 template <int NV, int MR, int kPacks>
-TPX_BF16_TARGET void Block(const Product& pr, uint32_t* ap, uint32_t* bp, SourceRows a_src,
-                           SourceRows b_src, int64_t pairs, int64_t row, int64_t col, Stage stage) {
+TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
+  uint32_t *const ap = b.ap, *const bp = b.bp;
+  const SourceRows a_src = b.a_src, b_src = b.b_src;
+  const int64_t pairs = b.pairs, row = b.row, col = b.col;
+  const Stage stage = b.stage;
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -316,26 +330,12 @@ int64_t NextBlockRows(int64_t left) {
   return max_rows;
 }
 
-// What one block multiplies and packs: its k-pairs and rows, the packed
-// copies it reads (and writes, as `packs` says) and their sources.
-struct BlockArgs {
-  uint32_t* ap;  // the packed chunk of A from the block's first row
-  uint32_t* bp;  // the packed panel of B
-  SourceRows a_src, b_src;
-  int packs = kPacksNone;
-  int64_t pairs = 0, row = 0, col = 0;
-  Stage stage = Stage::kOnly;
-};
-
 // Block<NV, rows, packs> for rows in [MR, MaxRowsFor(NV)], picked at run
 // time.
 template <int NV, int kPacks, int MR = 1>
 void BlockRows(int64_t rows, const Product& pr, const BlockArgs& b) {
   if constexpr (MR <= MaxRowsFor(NV)) {
-    if (rows == MR) {
-      return Block<NV, MR, kPacks>(pr, b.ap, b.bp, b.a_src, b.b_src, b.pairs, b.row, b.col,
-                                   b.stage);
-    }
+    if (rows == MR) return Block<NV, MR, kPacks>(pr, b);
     BlockRows<NV, kPacks, MR + 1>(rows, pr, b);
   }
 }
