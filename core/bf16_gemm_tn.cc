@@ -21,7 +21,8 @@ namespace {
 // (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
 // the reduction so the packed copies stay in cache (as GotoBLAS does):
 //   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
-//     kPanel columns) in L2;
+//     kPanel columns) in L2; for a C larger than L2, all of n (see
+//     Product::large_c);
 //   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1.
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
@@ -116,11 +117,20 @@ struct Product {
   // > 0: each slice's own sums go to an f32 C of their own (alpha 1, beta 0),
   // this many floats after the previous slice's: c is the first slice's.
   int64_t slice_stride = 0;
+  // C (or its running sums) is larger than L2: each block prefetches its
+  // tile of it, and a slice of B spans all of n. Measured on a Zen 5 core
+  // for 1024-4096 x 1024-2048 x 2048 (A^T B): the tile's loads and stores,
+  // from L3 or memory at every slice, cost the blocks 5-7%; and with panel
+  // groups, the chunks of A, packed again for each group, another 3-9%
+  // (the B slice of 1-4 MiB then no longer stays in L2: it costs less). A
+  // C of up to 2^20 values is 1-2% slower either way.
+  bool large_c = false;
 
   int64_t Pairs() const { return (k + 1) / 2; }
   int64_t Slices() const { return (Pairs() + kSlicePairs - 1) / kSlicePairs; }
   int64_t Blocks() const { return (m + kMr - 1) / kMr; }
   int64_t Panels() const { return (n + kPanel - 1) / kPanel; }
+  int64_t GroupPanels() const { return large_c ? Panels() : kGroupPanels; }
   bool NeedsSums() const { return c_bf16 && (Slices() > 1 || continues); }
 };
 
@@ -173,6 +183,31 @@ struct BlockArgs {
   Stage stage = Stage::kOnly;
 };
 
+// Prefetches, for writing, the lines of the block's tile of C and of a
+// bf16 C's running sums that its epilogue will read or write, so that they
+// arrive while it multiplies.
+// (Its arguments are values: a reference to the block's BlockArgs would
+// have them reloaded at every pair. Always inlined: GCC takes a function
+// that only prefetches for one without effects and drops its calls.)
+template <int NV, int MR>
+[[gnu::always_inline]] TPX_BF16_TARGET inline void PrefetchTile(const Product& pr, int64_t row0,
+                                                                int64_t col, Stage stage) {
+  const bool to_sums = pr.c_bf16 && stage != Stage::kOnly;
+  const bool to_c = !pr.c_bf16 || stage == Stage::kOnly || stage == Stage::kLast;
+  const int64_t c_bytes = pr.c_bf16 ? 2 : 4;
+  for (int r = 0; r < MR; ++r) {
+    const int64_t row = row0 + r;
+    if (to_sums) {
+      const char* line = reinterpret_cast<const char*>(pr.sums + row * pr.n + col);
+      for (int64_t at = 0; at < 16 * NV * 4; at += 64) __builtin_prefetch(line + at, 1, 3);
+    }
+    if (to_c) {
+      const char* line = static_cast<const char*>(pr.c) + (row * pr.ldc + col) * c_bytes;
+      for (int64_t at = 0; at < 16 * NV * c_bytes; at += 64) __builtin_prefetch(line + at, 1, 3);
+    }
+  }
+}
+
 // The block of C at (b.row, b.col) (MR rows, cols <= 16 * NV) for b.pairs
 // k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart)
 // and the packed B panel, written as b.stage says; packing first what
@@ -185,6 +220,7 @@ TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
   const SourceRows a_src = b.a_src, b_src = b.b_src;
   const int64_t pairs = b.pairs, row = b.row, col = b.col;
   const Stage stage = b.stage;
+  if (pr.large_c) PrefetchTile<NV, MR>(pr, row, col, stage);
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -384,8 +420,9 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
   struct Slice {
     int64_t g0, g1, p0, pairs;
   };
+  const int64_t group_panels = pr.GroupPanels();
   auto slice_at = [&](int64_t g0, int64_t p0) {
-    return Slice{g0, std::min(panels, g0 + kGroupPanels), p0, std::min(kSlicePairs, pairs - p0)};
+    return Slice{g0, std::min(panels, g0 + group_panels), p0, std::min(kSlicePairs, pairs - p0)};
   };
   for (Slice sl = slice_at(0, 0); sl.g0 < panels;) {
     const bool first = sl.p0 == 0, last = sl.p0 + sl.pairs == pairs && !pr.continues;
@@ -427,7 +464,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       }
     }
     sl = sl.p0 + sl.pairs < pairs ? slice_at(sl.g0, sl.p0 + sl.pairs)
-                                  : slice_at(sl.g0 + kGroupPanels, 0);
+                                  : slice_at(sl.g0 + group_panels, 0);
   }
 }
 
@@ -533,10 +570,23 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
                         int64_t ldc, int64_t stride_c) {
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
+  constexpr int64_t kMaxL2C = int64_t{1} << 20;  // values of C, for Product::large_c
   auto product = [&](int64_t i, float* sums) {
-    return Product{m,   n,   k,      alpha, beta, a + i * stride_a, lda, b + i * stride_b, ldb,
-                   c_dtype == DType::kBF16, static_cast<char*>(c) + i * stride_c * c_size, ldc,
-                   sums};
+    Product pr{m,
+               n,
+               k,
+               alpha,
+               beta,
+               a + i * stride_a,
+               lda,
+               b + i * stride_b,
+               ldb,
+               c_dtype == DType::kBF16,
+               static_cast<char*>(c) + i * stride_c * c_size,
+               ldc,
+               sums};
+    pr.large_c = m * n > kMaxL2C;
+    return pr;
   };
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
   // Many products: each thread multiplies whole products; few: each product
@@ -548,7 +598,7 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
   const bool split_k = !per_thread && SplitReduction(first, threads);
   // Per thread: a B slice, an A slice and the sums, in words; every piece
   // a whole number of cache lines.
-  const int64_t b_words = kGroupPanels * kPanelStride;
+  const int64_t b_words = first.GroupPanels() * kPanelStride;
   const int64_t a_words = kSlicePairs * kChunkRows;
   // A bf16 C's running sums; with split_k also each later slice's sums.
   const int64_t mn_words = (m * n + 15) / 16 * 16;

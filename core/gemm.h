@@ -17,10 +17,9 @@
 // bf16 kernels (core/few_rows_gemm.h). Products with A stored transposed and
 // B not (weight gradients X^T dY) avoid the matmul primitive's slow copy of
 // a transposed A: f32 goes through oneDNN's sgemm driver (on two threads,
-// mid-sized ones as two one-thread calls on halves of C), bf16 (C of up to
-// 2^20 elements, no more columns than rows) through a packed AVX-512 BF16
-// kernel where the CPU has one (core/bf16_gemm_tn.h). Every kernel picks its
-// ISA at run time.
+// mid-sized ones as two one-thread calls on halves of C), bf16 through a
+// packed AVX-512 BF16 kernel where the CPU has one (core/bf16_gemm_tn.h).
+// Every kernel picks its ISA at run time.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
 // output is written once instead of seeded with the bias and read back.

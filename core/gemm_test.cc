@@ -242,8 +242,9 @@ TEST(GemmTest, BatchesOverThreadsMatchReference) {
 
 // Single products split into row ranges over the threads (one one-thread
 // primitive each): row counts that are not a multiple of the 16-row ranges,
-// both layouts of B, A stored transposed (bf16 with a C too large for
-// tpx's own kernel), padding, alpha and beta, a fused bias; 128 rows at 3
+// both layouts of B, A stored transposed (bf16: ranges for oneDNN where the
+// CPU has no AVX-512 BF16, else tpx's kernel with a C larger than L2),
+// padding, alpha and beta, a fused bias; 128 rows at 3
 // threads stays one primitive. The caller's thread setting is unchanged.
 TEST(GemmTest, RowRangesOverThreadsMatchReference) {
   const int before = GemmThreads();
@@ -543,6 +544,55 @@ TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
           EXPECT_TRUE(results[i] == results[0])
               << "m=" << sz.m << " n=" << sz.n << " k=" << sz.k << " C " << DTypeName(c)
               << " beta=" << beta << ": " << i + 1 << " threads differ from 1";
+        }
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
+// A bf16 weight gradient whose C (over 2^20 values) is larger than L2: the
+// kernel then prefetches C's tiles and packs B slices as wide as n (17
+// panels, the last of 6 columns), over two slices of k (odd), into f32 C
+// (alpha, beta) and bf16 C (through f32 running sums), at 1 and 2 threads
+// (split by rows), with padded leading dims.
+TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
+  const int64_t m = 1030, n = 1030, k = 515, lda = m + 3, ldb = n + 1, ldc = n + 2;
+  std::vector<float> a = Random(k * lda, 110), b = Random(k * ldb, 111);
+  for (float& v : a) v = RoundTo(DType::kBF16, v);
+  for (float& v : b) v = RoundTo(DType::kBF16, v);
+  const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
+  // A^T B in double, in the order that reads rows of both.
+  std::vector<double> ref(m * n, 0.0);
+  for (int64_t p = 0; p < k; ++p) {
+    for (int64_t i = 0; i < m; ++i) {
+      const double av = a[p * lda + i];
+      for (int64_t j = 0; j < n; ++j) ref[i * n + j] += av * b[p * ldb + j];
+    }
+  }
+  const int before = GemmThreads();
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (DType c : {DType::kF32, DType::kBF16}) {
+      const float alpha = c == DType::kF32 ? 1.5f : 1.0f, beta = c == DType::kF32 ? 0.5f : 0.0f;
+      std::vector<float> c0 = Random(m * ldc, 112);
+      for (float& v : c0) v = RoundTo(c, v);
+      std::vector<char> ec = Encode(c, c0);
+      ASSERT_TRUE(Gemm(true, false, m, n, k, alpha, DType::kBF16, ea.data(), lda, eb.data(), ldb,
+                       beta, c, ec.data(), ldc)
+                      .ok());
+      const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          const float got = Decode(c, ec, i * ldc + j);
+          if (j >= n) {
+            ASSERT_EQ(got, c0[i * ldc + j]) << "padding written at " << i << "," << j;
+            continue;
+          }
+          const double want = alpha * ref[i * n + j] + beta * c0[i * ldc + j];
+          ASSERT_NEAR(got, want, tol * (1 + std::fabs(want)))
+              << threads << " threads, C " << DTypeName(c) << " at " << i << "," << j;
         }
       }
     }
