@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
-#include "core/bf16_gemm_tn.h"
+#include "core/bf16_gemm.h"
 #include "core/few_rows_gemm.h"
 #include "core/small_gemm.h"
 #include "core/status_macros.h"
@@ -228,8 +228,8 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
 // multiply-adds: on a Zen 5 core the driver runs those at 0.93-0.96 of the
 // FMA peak against 0.82-0.91 for the primitive (0.90 against 0.80-0.86 on
 // two threads; smaller products, the GPT example's among them, are even on
-// one thread and favour the primitive on two). core/bf16_gemm_tn.h takes
-// every bf16 transposed-A product on AVX-512 BF16 CPUs.
+// one thread and favour the primitive on two). core/bf16_gemm.h takes bf16
+// products with B not transposed on AVX-512 BF16 CPUs, as measured below.
 enum class ProductPath { kMatmul, kSgemm, kBf16Kernel };
 
 ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -240,12 +240,16 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     return transposed_a || m * n * k >= kMinSgemmMacs ? ProductPath::kSgemm
                                                       : ProductPath::kMatmul;
   }
-  if (!trans_a || trans_b) return ProductPath::kMatmul;
-  // The bf16 kernel wins (measured) at every size: at two threads by
-  // 1.1-1.3x (the GPT example's weight gradients, attention's dV, bf16 C of
-  // 2048-4096 x 1024 with k 2048), at one even with oneDNN for those large
-  // ones and ahead on the example's step.
-  if (ab_dtype == DType::kBF16 && Bf16GemmTNApplies()) return ProductPath::kBf16Kernel;
+  if (trans_b || ab_dtype != DType::kBF16 || !Bf16GemmApplies()) return ProductPath::kMatmul;
+  // With A transposed the bf16 kernel wins (measured) at every size: at two
+  // threads by 1.1-1.3x (the GPT example's weight gradients, attention's
+  // dV, bf16 C of 2048-4096 x 1024 with k 2048), at one even with oneDNN
+  // for those large ones and ahead on the example's step. With A plain it
+  // wins from k = 512 (2048 x 512 x 128 to 2048 x 2048 x 2048: 1.01-1.13x
+  // on one thread, 1.04-1.12x on two); below, oneDNN's blocking does
+  // better on one thread (k = 64-128: 0.90-0.96x).
+  constexpr int64_t kMinPlainAK = 512;
+  if (trans_a || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
   return ProductPath::kMatmul;
 }
 
@@ -478,8 +482,8 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
       return SgemmProduct(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
                           static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
     case ProductPath::kBf16Kernel:
-      return Bf16GemmTN(1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
-                        static_cast<const uint16_t*>(b), ldb, 0, beta, c_dtype, c, ldc, 0);
+      return Bf16Gemm(trans_a, 1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
+                      static_cast<const uint16_t*>(b), ldb, 0, beta, c_dtype, c, ldc, 0);
     case ProductPath::kMatmul:
       break;
   }
@@ -555,9 +559,9 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   }
   // Batches of f32 products stay on the primitive (one call for all).
   if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype) == ProductPath::kBf16Kernel) {
-    return Bf16GemmTN(batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, stride_a,
-                      static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
-                      stride_c);
+    return Bf16Gemm(trans_a, batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, stride_a,
+                    static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
+                    stride_c);
   }
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};

@@ -18,8 +18,9 @@
 // B not (weight gradients X^T dY) avoid the matmul primitive's slow copy of
 // a transposed A: f32 goes through oneDNN's sgemm driver (on two threads,
 // mid-sized ones as two one-thread calls on halves of C), bf16 through a
-// packed AVX-512 BF16 kernel where the CPU has one (core/bf16_gemm_tn.h).
-// Every kernel picks its ISA at run time.
+// packed AVX-512 BF16 kernel where the CPU has one (core/bf16_gemm.h),
+// which also takes bf16 products of a plain A and B with k >= 512 (input
+// gradients dY W among them). Every kernel picks its ISA at run time.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
 // output is written once instead of seeded with the bias and read back.

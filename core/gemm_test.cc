@@ -465,7 +465,7 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 
 // Products with A stored transposed and B not (weight gradients) take
 // their own paths: oneDNN's GEMM driver for f32, the packed AVX-512 BF16
-// kernel for bf16 where the CPU has it (core/bf16_gemm_tn.h). Sizes off its
+// kernel for bf16 where the CPU has it (core/bf16_gemm.h). Sizes off its
 // 6-row blocks (12-row ones for C of 17 to 32 columns, 16-row ones for at
 // most 16; remainders split into two smaller blocks, as 128 and 57 rows
 // have), 48-row chunks, 64-column panels and 512-k slices (one, two and
@@ -513,11 +513,89 @@ TEST(GemmTest, TransposedAMatchesReference) {
   SetGemmThreads(before);
 }
 
+// bf16 products of a plain A and B with k >= 512 (input gradients dY W) run
+// on the same kernel, reading A's k-pairs in place: k odd (its last pair has
+// one value) and even, one to five slices, a long reduction with a small C
+// (split by k at 2 and 3 threads), odd leading dims (A's pairs then straddle
+// 32-bit words), sizes off the blocks and panels, alpha and beta, f32 and
+// bf16 C, batches, 1 to 3 threads.
+TEST(GemmTest, PlainABf16MatchesReference) {
+  const int before = GemmThreads();
+  struct Size {
+    int64_t m, n, k;
+  };
+  const std::vector<Size> sizes = {Size{1, 1, 513},    Size{70, 13, 512},  Size{45, 100, 1025},
+                                   Size{130, 64, 600}, Size{20, 17, 2101}, Size{40, 24, 4096},
+                                   Size{131, 250, 515}};
+  for (int threads : {1, 2, 3}) {
+    SetGemmThreads(threads);
+    for (DType c : {DType::kF32, DType::kBF16}) {
+      for (Size sz : sizes) {
+        if (threads == 3 && sz.k < 2048) continue;  // 3 threads: the long reductions only
+        const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+        for (float beta : {0.0f, 0.5f}) {
+          ExpectMatchesReference({.ab = DType::kBF16,
+                                  .c = c,
+                                  .m = sz.m,
+                                  .n = sz.n,
+                                  .k = sz.k,
+                                  .pad_a = 3,
+                                  .pad_b = 1,
+                                  .pad_c = 2,
+                                  .alpha = 1.5f,
+                                  .beta = beta,
+                                  .seed = 120},
+                                 tol);
+        }
+        if (sz.m * sz.n * sz.k > 1'000'000) continue;  // the batched case, small sizes only
+        ExpectMatchesReference({.ab = DType::kBF16,
+                                .c = c,
+                                .batch = 3,
+                                .m = sz.m,
+                                .n = sz.n,
+                                .k = sz.k,
+                                .pad_a = 1,
+                                .pad_b = 2,
+                                .gap_a = 5,
+                                .gap_b = 3,
+                                .gap_c = 2,
+                                .seed = 121},
+                               tol);
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
+// With odd k, the value after each row of a plain A (here a NaN in its
+// padding, and past the end of the buffer for the last row) is never read:
+// C is exact.
+TEST(GemmTest, PlainABf16OddKReadsNothingPastTheRows) {
+  const int64_t m = 13, n = 70, k = 513;
+  std::vector<float> a(m * (k + 1)), b = Random(k * n, 122);
+  for (float& v : b) v = RoundTo(DType::kBF16, v);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p <= k; ++p) a[i * (k + 1) + p] = p == k ? std::nanf("") : 0.25f * (i % 3);
+  }
+  const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
+  // The last row without its padding: the allocation ends at its k-th value.
+  std::vector<uint16_t> packed(m * (k + 1) - 1);
+  std::memcpy(packed.data(), ea.data(), packed.size() * sizeof(uint16_t));
+  std::vector<float> out(m * n, 0.0f);
+  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, packed.data(), k + 1, eb.data(), n,
+                   0.0f, DType::kF32, out.data(), n)
+                  .ok());
+  const std::vector<double> ref = Reference(false, false, m, n, k, a, k + 1, b, n);
+  for (int64_t i = 0; i < m * n; ++i)
+    ASSERT_NEAR(out[i], ref[i], kF32Tol * (1 + std::fabs(ref[i])));
+}
+
 // Weight gradients in bf16 (A stored transposed) on CPUs with AVX-512 BF16
 // give the same bits at 1, 2 and 3 threads, so training does not depend on
 // the thread count: also where a long reduction is split by k between the
-// threads (these sizes; odd k, f32 and bf16 C, alpha and beta).
-TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
+// threads (these sizes; odd k, f32 and bf16 C, alpha and beta). So do the
+// products of a plain A on the same kernel.
+TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
   const int before = GemmThreads();
   struct Size {
@@ -525,25 +603,27 @@ TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
   };
   for (Size sz : {Size{20, 17, 2101}, Size{40, 24, 4096}, Size{130, 100, 600}, Size{64, 200, 600},
                   Size{128, 128, 2048}}) {
-    const int64_t lda = sz.m + 1, ldb = sz.n + 2, ldc = sz.n + 3;
-    std::vector<char> a = Encode(DType::kBF16, Random(sz.k * lda, 70));
-    std::vector<char> b = Encode(DType::kBF16, Random(sz.k * ldb, 71));
-    for (DType c : {DType::kF32, DType::kBF16}) {
-      for (float beta : {0.0f, 0.5f}) {
-        const std::vector<char> c0 = Encode(c, Random(sz.m * ldc, 72));
-        std::vector<std::vector<char>> results;
-        for (int threads : {1, 2, 3}) {
-          SetGemmThreads(threads);
-          std::vector<char> out = c0;
-          ASSERT_TRUE(Gemm(true, false, sz.m, sz.n, sz.k, 1.5f, DType::kBF16, a.data(), lda,
-                           b.data(), ldb, beta, c, out.data(), ldc)
-                          .ok());
-          results.push_back(std::move(out));
-        }
-        for (size_t i = 1; i < results.size(); ++i) {
-          EXPECT_TRUE(results[i] == results[0])
-              << "m=" << sz.m << " n=" << sz.n << " k=" << sz.k << " C " << DTypeName(c)
-              << " beta=" << beta << ": " << i + 1 << " threads differ from 1";
+    for (bool ta : {true, false}) {
+      const int64_t lda = (ta ? sz.m : sz.k) + 1, ldb = sz.n + 2, ldc = sz.n + 3;
+      std::vector<char> a = Encode(DType::kBF16, Random((ta ? sz.k : sz.m) * lda, 70));
+      std::vector<char> b = Encode(DType::kBF16, Random(sz.k * ldb, 71));
+      for (DType c : {DType::kF32, DType::kBF16}) {
+        for (float beta : {0.0f, 0.5f}) {
+          const std::vector<char> c0 = Encode(c, Random(sz.m * ldc, 72));
+          std::vector<std::vector<char>> results;
+          for (int threads : {1, 2, 3}) {
+            SetGemmThreads(threads);
+            std::vector<char> out = c0;
+            ASSERT_TRUE(Gemm(ta, false, sz.m, sz.n, sz.k, 1.5f, DType::kBF16, a.data(), lda,
+                             b.data(), ldb, beta, c, out.data(), ldc)
+                            .ok());
+            results.push_back(std::move(out));
+          }
+          for (size_t i = 1; i < results.size(); ++i) {
+            EXPECT_TRUE(results[i] == results[0])
+                << (ta ? "TN" : "NN") << " m=" << sz.m << " n=" << sz.n << " k=" << sz.k << " C "
+                << DTypeName(c) << " beta=" << beta << ": " << i + 1 << " threads differ from 1";
+          }
         }
       }
     }
@@ -551,7 +631,7 @@ TEST(GemmTest, TransposedABf16IsTheSameAtAnyThreadCount) {
   SetGemmThreads(before);
 }
 
-// A bf16 weight gradient whose C (over 2^20 values) is larger than L2: the
+// A bf16 weight gradient whose C (over 2^18 values: 1 MiB in f32) is larger than L2: the
 // kernel then prefetches C's tiles and packs B slices as wide as n (17
 // panels, the last of 6 columns), over two slices of k (odd), into f32 C
 // (alpha, beta) and bf16 C (through f32 running sums), at 1 and 2 threads

@@ -1,9 +1,10 @@
-#include "core/bf16_gemm_tn.h"
+#include "core/bf16_gemm.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,9 @@ namespace {
 //   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
 //     kPanel columns) in L2; for a C larger than L2, all of n (see
 //     Product::large_c);
-//   - a slice of A (kSlicePairs x kChunkRows rows of op(A)) in L1.
+//   - a slice of a transposed A (kSlicePairs x kChunkRows rows of op(A))
+//     in L1; a plain A is read in place (its rows hold the k-pairs), which
+//     measured 1.04-1.13x oneDNN on products with k >= 512.
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
 // that block's products instead of running alone before them, which cost
@@ -117,14 +120,18 @@ struct Product {
   // > 0: each slice's own sums go to an f32 C of their own (alpha 1, beta 0),
   // this many floats after the previous slice's: c is the first slice's.
   int64_t slice_stride = 0;
-  // C (or its running sums) is larger than L2: each block prefetches its
-  // tile of it, and a slice of B spans all of n. Measured on a Zen 5 core
-  // for 1024-4096 x 1024-2048 x 2048 (A^T B): the tile's loads and stores,
-  // from L3 or memory at every slice, cost the blocks 5-7%; and with panel
-  // groups, the chunks of A, packed again for each group, another 3-9%
-  // (the B slice of 1-4 MiB then no longer stays in L2: it costs less). A
-  // C of up to 2^20 values is 1-2% slower either way.
+  // C (or its running sums, in f32) is larger than L2: each block
+  // prefetches its tile of it, and a slice of B spans all of n. Measured on
+  // a Zen 5 core: the tile's loads and stores, from L3 or memory at every
+  // slice, cost the blocks 5-14% (1024 x 1024 x 1024 and up, 512 x 2048 x
+  // 1024 with a bf16 C); and with panel groups, the chunks of a transposed
+  // A, packed again for each group, another 3-9% (the B slice of 1-4 MiB
+  // then no longer stays in L2: it costs less). A product of one slice
+  // (k <= 512) loses 0-2% either way.
   bool large_c = false;
+  // A stored [m, k] (row i of op(A) at a + i * lda): its rows already hold
+  // the k-pairs, which the blocks read in place as broadcasts.
+  bool a_rows = false;
 
   int64_t Pairs() const { return (k + 1) / 2; }
   int64_t Slices() const { return (Pairs() + kSlicePairs - 1) / kSlicePairs; }
@@ -165,8 +172,8 @@ TPX_BF16_TARGET inline void WithConstant(bool x, F&& f) {
 
 // What a block packs as it multiplies: nothing, the chunk of A (into ap,
 // from its first row: the block is the chunk's first), the panel of B (into
-// bp), or both.
-enum Packs { kPacksNone = 0, kPacksA = 1, kPacksB = 2, kPacksBoth = 3 };
+// bp), or both; kAInPlace: A is read from its rows, never packed.
+enum Packs { kPacksNone = 0, kPacksA = 1, kPacksB = 2, kPacksBoth = 3, kAInPlace = 4 };
 // A packing block packs its chunk of A this many pairs ahead of the pair
 // it multiplies: the broadcasts then read lines stored a while before, not
 // ones still in flight (attention's dV: 0.72 -> 0.75 of the peak).
@@ -209,9 +216,10 @@ template <int NV, int MR>
 }
 
 // The block of C at (b.row, b.col) (MR rows, cols <= 16 * NV) for b.pairs
-// k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart)
-// and the packed B panel, written as b.stage says; packing first what
-// kPacks says from b.a_src and b.b_src (b by value: through a reference,
+// k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart;
+// with kAInPlace, b.a_src's rows from the block's first) and the packed B
+// panel, written as b.stage says; packing first what kPacks says from
+// b.a_src and b.b_src (b by value: through a reference,
 // the packed stores, of may-alias vector types, would have every field
 // reloaded each pair).
 template <int NV, int MR, int kPacks>
@@ -233,8 +241,8 @@ TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
     for (int64_t p = 0; p < std::min<int64_t>(pairs, kPackAhead); ++p)
       PackALine(a_src, p, low, high, ap + p * kChunkRows);
   }
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint32_t* a_pair = ap + p * kChunkRows;
+  // One k-pair: A's word for row r of the block from a_word(p, r).
+  auto step = [&](int64_t p, auto a_word) TPX_BF16_TARGET {
     if constexpr ((kPacks & kPacksA) != 0) {
       if (p + kPackAhead < pairs)
         PackALine(a_src, p + kPackAhead, low, high, ap + (p + kPackAhead) * kChunkRows);
@@ -258,11 +266,32 @@ TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
     }
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const __m512i av = _mm512_set1_epi32(static_cast<int>(a_pair[r]));
+      const __m512i av = _mm512_set1_epi32(static_cast<int>(a_word(p, r)));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         acc[r][v] = _mm512_dpbf16_ps(acc[r][v], (__m512bh)av, (__m512bh)bv[v]);
       }
+    }
+  };
+  if constexpr ((kPacks & kAInPlace) != 0) {
+    // Row r's whole pairs as 32-bit words; a last pair past k (odd k) as
+    // its one value, since the word's second half may lie past A.
+    const uint16_t* const a_row = a_src.rows;
+    const int64_t a_ld = a_src.ld, whole = a_src.whole_pairs;
+    for (int64_t p = 0; p < whole; ++p) {
+      step(p, [&](int64_t q, int r) TPX_BF16_TARGET {
+        uint32_t word;
+        std::memcpy(&word, a_row + r * a_ld + 2 * q, sizeof(word));
+        return word;
+      });
+    }
+    if (whole < pairs) {
+      step(whole, [&](int64_t q, int r)
+                      TPX_BF16_TARGET { return static_cast<uint32_t>(a_row[r * a_ld + 2 * q]); });
+    }
+  } else {
+    for (int64_t p = 0; p < pairs; ++p) {
+      step(p, [&](int64_t q, int r) TPX_BF16_TARGET { return ap[q * kChunkRows + r]; });
     }
   }
   // C (or a bf16 C's running sums) as `stage` says, each case one loop
@@ -391,6 +420,12 @@ int64_t BlockOf(const Product& pr, const BlockArgs& b, int64_t row_end) {
     case kPacksB:
       BlockRows<NV, kPacksB>(rows, pr, b);
       break;
+    case kAInPlace:
+      BlockRows<NV, kAInPlace>(rows, pr, b);
+      break;
+    case kAInPlace | kPacksB:
+      BlockRows<NV, kAInPlace | kPacksB>(rows, pr, b);
+      break;
     default:
       BlockRows<NV, kPacksBoth>(rows, pr, b);
       break;
@@ -450,7 +485,10 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
           // The chunk's first block on the slice's first panel packs the
           // chunk of A; the first chunk's first block on each panel packs
           // the panel of B.
-          if (panel == sl.g0 && row == r0) {
+          if (pr.a_rows) {
+            b.packs |= kAInPlace;
+            b.a_src = SourceRows{pr.a + row * pr.lda + 2 * sl.p0, pr.lda, whole, 0};
+          } else if (panel == sl.g0 && row == r0) {
             b.packs |= kPacksA;
             b.a_src = SourceRows{pr.a + 2 * sl.p0 * pr.lda + r0, pr.lda, whole, row_end - r0};
           }
@@ -485,7 +523,7 @@ Product Part(const Product& pr, int t, int nt) {
   }
   const int64_t r0 = std::min(pr.m, pr.Blocks() * t / nt * kMr);
   const int64_t r1 = std::min(pr.m, pr.Blocks() * (t + 1) / nt * kMr);
-  part.a += r0;
+  part.a += pr.a_rows ? r0 * pr.lda : r0;
   part.m = r1 - r0;
   part.c = static_cast<char*>(pr.c) + r0 * pr.ldc * c_size;
   return part;
@@ -515,7 +553,7 @@ int64_t SliceBefore(int64_t slices, int t, int nt) { return slices * t / nt; }
 Product SlicesOf(const Product& pr, int64_t s0, int64_t s1) {
   Product part = pr;
   const int64_t k0 = 2 * kSlicePairs * s0;
-  part.a += k0 * pr.lda;
+  part.a += pr.a_rows ? k0 : k0 * pr.lda;
   part.b += k0 * pr.ldb;
   part.k = std::min(pr.k, 2 * kSlicePairs * s1) - k0;
   return part;
@@ -562,15 +600,15 @@ TPX_BF16_TARGET void FinishSplitRows(const Product& pr, const float* slice_sums,
 
 }  // namespace
 
-bool Bf16GemmTNApplies() { return CpuHasAvx512Bf16(); }
+bool Bf16GemmApplies() { return CpuHasAvx512Bf16(); }
 
-absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
-                        const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
-                        int64_t ldb, int64_t stride_b, float beta, DType c_dtype, void* c,
-                        int64_t ldc, int64_t stride_c) {
+absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
+                      int64_t ldb, int64_t stride_b, float beta, DType c_dtype, void* c,
+                      int64_t ldc, int64_t stride_c) {
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
-  constexpr int64_t kMaxL2C = int64_t{1} << 20;  // values of C, for Product::large_c
+  constexpr int64_t kMaxL2C = int64_t{1} << 18;  // f32 values (1 MiB), for Product::large_c
   auto product = [&](int64_t i, float* sums) {
     Product pr{m,
                n,
@@ -586,6 +624,7 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
                ldc,
                sums};
     pr.large_c = m * n > kMaxL2C;
+    pr.a_rows = !trans_a;
     return pr;
   };
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
@@ -611,9 +650,9 @@ absl::Status Bf16GemmTN(int64_t batch, int64_t m, int64_t n, int64_t k, float al
   CpuAllocator& alloc = GetCpuAllocator();
   uint32_t* scratch = static_cast<uint32_t*>(alloc.Allocate(bytes));
   if (scratch == nullptr) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("Gemm: no memory for ", bytes, " bytes of packed bf16 operands (m=", m,
-                     " n=", n, " k=", k, ")"));
+    return absl::ResourceExhaustedError(absl::StrCat("Gemm: no memory for ", bytes,
+                                                     " bytes of packed bf16 operands (m=", m,
+                                                     " n=", n, " k=", k, ")"));
   }
   auto run = [&](const Product& pr, int t) {
     uint32_t* buf = scratch + t * words;
