@@ -102,7 +102,8 @@ TPX_BF16_TARGET inline void PairUp32(SourceRows src, int64_t p, int64_t c, __m51
 // beta on the first slice), or through an f32 buffer for a bf16 C.
 enum class Stage { kOnly, kFirst, kMiddle, kLast };
 
-// One product: C[m, n] = alpha * A^T B + beta * C, A stored [k, m], B [k, n].
+// One product: C[m, n] = alpha * op(A) B + beta * C, A stored [k, m] (or
+// [m, k]: a_rows), B [k, n].
 struct Product {
   int64_t m, n, k;
   float alpha, beta;
@@ -217,7 +218,8 @@ template <int NV, int MR>
 
 // The block of C at (b.row, b.col) (MR rows, cols <= 16 * NV) for b.pairs
 // k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart;
-// with kAInPlace, b.a_src's rows from the block's first) and the packed B
+// with kAInPlace, A itself: b.a_src.rows is the block's first row at the
+// slice's first pair, b.a_src.ld apart) and the packed B
 // panel, written as b.stage says; packing first what kPacks says from
 // b.a_src and b.b_src (b by value: through a reference,
 // the packed stores, of may-alias vector types, would have every field
