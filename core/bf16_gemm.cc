@@ -484,9 +484,10 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
           b.row = row;
           b.col = c0;
           b.stage = stage;
-          // The chunk's first block on the slice's first panel packs the
-          // chunk of A; the first chunk's first block on each panel packs
-          // the panel of B.
+          // A plain A is read in place by every block; a transposed one is
+          // packed by the chunk's first block on the slice's first panel.
+          // The first chunk's first block on each panel packs the panel of
+          // B.
           if (pr.a_rows) {
             b.packs |= kAInPlace;
             b.a_src = SourceRows{pr.a + row * pr.lda + 2 * sl.p0, pr.lda, whole, 0};
