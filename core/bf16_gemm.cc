@@ -21,12 +21,13 @@ namespace {
 // Operands are packed as pairs of consecutive k values in one 32-bit word
 // (low half the even k), the layout vdpbf16ps multiplies, slice by slice of
 // the reduction so the packed copies stay in cache (as GotoBLAS does):
-//   - a slice of B (kSlicePairs k-pairs x up to kGroupPanels panels of
-//     kPanel columns) in L2; for a C larger than L2, all of n (see
-//     Product::large_c);
+//   - a slice of B (Product::slice_pairs k-pairs x up to kGroupPanels
+//     panels of kPanel columns) in L2 or, for long slices, L3; for a
+//     transposed A and a C larger than L2, all of n (see Product::large_c);
 //   - a slice of a transposed A (kSlicePairs x kChunkRows rows of op(A))
 //     in L1; a plain A is read in place (its rows hold the k-pairs), which
-//     measured 1.04-1.13x oneDNN on products with k >= 512.
+//     measured 1.04-1.13x oneDNN on products with k >= 512, and its
+//     slices are longer (kPlainSlicePairs: see there).
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
 // that block's products instead of running alone before them, which cost
@@ -38,13 +39,17 @@ namespace {
 constexpr int64_t kMr = 6;
 constexpr int64_t kPanel = 64;
 constexpr int64_t kSlicePairs = 256;
+// With A read in place, nothing bounds a slice by L1, and every slice
+// costs each block a fresh start (its B panel and A rows streamed anew, its
+// sums read and written): slices of up to 2048 pairs ran 1.03-1.10x the
+// 256-pair ones on 1024-2048-sized products on a Zen 5 core (0.84-0.87 ->
+// 0.89-0.92 of the peak), 1.06-1.10x on two; 1024 gained only half as much.
+// The B panels of a slice (512 KiB each) then stream from L3.
+constexpr int64_t kPlainSlicePairs = 2048;
 constexpr int64_t kGroupPanels = 8;
 constexpr int64_t kChunkBlocks = 8;
 constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
 static_assert(kChunkRows % 16 == 0);
-// Words from one packed panel to the next: a cache line more than its
-// size, so that the panels do not start on the same cache sets.
-constexpr int64_t kPanelStride = kSlicePairs * kPanel + 16;
 
 // The zero-masking forms of the AVX-512 conversions and shifts: the plain
 // ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
@@ -122,7 +127,8 @@ struct Product {
   // this many floats after the previous slice's: c is the first slice's.
   int64_t slice_stride = 0;
   // C (or its running sums, in f32) is larger than L2: each block
-  // prefetches its tile of it, and a slice of B spans all of n. Measured on
+  // prefetches its tile of it, and with a transposed A a slice of B spans
+  // all of n (GroupPanels). Measured on
   // a Zen 5 core: the tile's loads and stores, from L3 or memory at every
   // slice, cost the blocks 5-14% (1024 x 1024 x 1024 and up, 512 x 2048 x
   // 1024 with a bf16 C); and with panel groups, the chunks of a transposed
@@ -133,12 +139,21 @@ struct Product {
   // A stored [m, k] (row i of op(A) at a + i * lda): its rows already hold
   // the k-pairs, which the blocks read in place as broadcasts.
   bool a_rows = false;
+  // k-pairs per slice of the reduction: kSlicePairs; for a plain A, all
+  // of k up to kPlainSlicePairs (but where threads split the reduction).
+  int64_t slice_pairs = kSlicePairs;
 
   int64_t Pairs() const { return (k + 1) / 2; }
-  int64_t Slices() const { return (Pairs() + kSlicePairs - 1) / kSlicePairs; }
+  int64_t Slices() const { return (Pairs() + slice_pairs - 1) / slice_pairs; }
+  // Words from one packed panel to the next: a cache line more than its
+  // size, so that the panels do not start on the same cache sets.
+  int64_t PanelStride() const { return slice_pairs * kPanel + 16; }
   int64_t Blocks() const { return (m + kMr - 1) / kMr; }
   int64_t Panels() const { return (n + kPanel - 1) / kPanel; }
-  int64_t GroupPanels() const { return large_c ? Panels() : kGroupPanels; }
+  // All of n only for a transposed A, whose chunks are packed once per
+  // group: with A in place, groups of kGroupPanels ran as fast and bound
+  // the buffer.
+  int64_t GroupPanels() const { return large_c && !a_rows ? Panels() : kGroupPanels; }
   bool NeedsSums() const { return c_bf16 && (Slices() > 1 || continues); }
 };
 
@@ -459,7 +474,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
   };
   const int64_t group_panels = pr.GroupPanels();
   auto slice_at = [&](int64_t g0, int64_t p0) {
-    return Slice{g0, std::min(panels, g0 + group_panels), p0, std::min(kSlicePairs, pairs - p0)};
+    return Slice{g0, std::min(panels, g0 + group_panels), p0, std::min(pr.slice_pairs, pairs - p0)};
   };
   for (Slice sl = slice_at(0, 0); sl.g0 < panels;) {
     const bool first = sl.p0 == 0, last = sl.p0 + sl.pairs == pairs && !pr.continues;
@@ -470,7 +485,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
     // Where this slice's sums go.
     Product out = pr;
     if (pr.slice_stride > 0) {
-      out.c = static_cast<float*>(pr.c) + sl.p0 / kSlicePairs * pr.slice_stride;
+      out.c = static_cast<float*>(pr.c) + sl.p0 / pr.slice_pairs * pr.slice_stride;
       stage = Stage::kOnly;
     }
     const int64_t whole = WholePairs(pr, sl.p0, sl.pairs);
@@ -479,7 +494,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
         const int64_t c0 = panel * kPanel;
         for (int64_t row = r0; row < row_end;) {
-          BlockArgs b{ap + (row - r0), bp + (panel - sl.g0) * kPanelStride};
+          BlockArgs b{ap + (row - r0), bp + (panel - sl.g0) * pr.PanelStride()};
           b.pairs = sl.pairs;
           b.row = row;
           b.col = c0;
@@ -543,10 +558,12 @@ Product Part(const Product& pr, int t, int nt) {
 // 48 x 16 (k 16384) +22%; even at 64 x 64 (k 2048) and 128 x 128 or
 // 128 x 64 (k 4096-8192); rows or columns win for 128 x 64 (k 2048) +7%,
 // 96 x 96 +12%, 32 x 32 (k 1024) +5%. Every thread gets whole slices.
-bool SplitReduction(const Product& pr, int threads) {
+bool SmallCLongReduction(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMinK = 2048, kMaxC = 8192;
-  if (threads < 2 || pr.Slices() < threads || pr.k < kMinK) return false;
-  return pr.m * pr.n <= std::min(kMaxC, 2 * pr.k);
+  return k >= kMinK && m * n <= std::min(kMaxC, 2 * k);
+}
+bool SplitReduction(const Product& pr, int threads) {
+  return threads >= 2 && pr.Slices() >= threads && SmallCLongReduction(pr.m, pr.n, pr.k);
 }
 
 // Thread t's first slice when nt threads share `slices`.
@@ -555,10 +572,10 @@ int64_t SliceBefore(int64_t slices, int t, int nt) { return slices * t / nt; }
 // The product's slices [s0, s1) as one product of its own.
 Product SlicesOf(const Product& pr, int64_t s0, int64_t s1) {
   Product part = pr;
-  const int64_t k0 = 2 * kSlicePairs * s0;
+  const int64_t k0 = 2 * pr.slice_pairs * s0;
   part.a += pr.a_rows ? k0 : k0 * pr.lda;
   part.b += k0 * pr.ldb;
-  part.k = std::min(pr.k, 2 * kSlicePairs * s1) - k0;
+  part.k = std::min(pr.k, 2 * pr.slice_pairs * s1) - k0;
   return part;
 }
 
@@ -612,6 +629,7 @@ absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
   constexpr int64_t kMaxL2C = int64_t{1} << 18;  // f32 values (1 MiB), for Product::large_c
+  int64_t slice_pairs = kSlicePairs;
   auto product = [&](int64_t i, float* sums) {
     Product pr{m,
                n,
@@ -628,6 +646,7 @@ absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t
                sums};
     pr.large_c = m * n > kMaxL2C;
     pr.a_rows = !trans_a;
+    pr.slice_pairs = slice_pairs;
     return pr;
   };
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
@@ -636,12 +655,17 @@ absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t
   // its own buffers, without waiting on the others (which a shared host
   // may have descheduled).
   const bool per_thread = batch >= threads;
+  // A product whose reduction threads may split keeps the short slices it
+  // was measured with, at any thread count: C's bits follow the slices.
+  if (!trans_a && !SmallCLongReduction(m, n, k)) {
+    slice_pairs = std::clamp<int64_t>((k + 1) / 2, 1, kPlainSlicePairs);
+  }
   const Product first = product(0, nullptr);  // every product has its shape
   const bool split_k = !per_thread && SplitReduction(first, threads);
-  // Per thread: a B slice, an A slice and the sums, in words; every piece
-  // a whole number of cache lines.
-  const int64_t b_words = first.GroupPanels() * kPanelStride;
-  const int64_t a_words = kSlicePairs * kChunkRows;
+  // Per thread: a B slice, a transposed A's slice and the sums, in words;
+  // every piece a whole number of cache lines.
+  const int64_t b_words = first.GroupPanels() * first.PanelStride();
+  const int64_t a_words = trans_a ? kSlicePairs * kChunkRows : 0;
   // A bf16 C's running sums; with split_k also each later slice's sums.
   const int64_t mn_words = (m * n + 15) / 16 * 16;
   const int64_t sum_words = split_k || first.NeedsSums() ? mn_words : 0;

@@ -524,9 +524,13 @@ TEST(GemmTest, PlainABf16MatchesReference) {
   struct Size {
     int64_t m, n, k;
   };
-  const std::vector<Size> sizes = {Size{1, 1, 513},    Size{70, 13, 512},  Size{45, 100, 1025},
-                                   Size{130, 64, 600}, Size{20, 17, 2101}, Size{40, 24, 4096},
-                                   Size{131, 250, 515}};
+  // k up to 4096 is one slice of A's rows; 4097 (an odd last pair alone in
+  // its slice), 4500 and 9000 two and three, where threads do not split
+  // the reduction (C of more than 8192 values, or one thread).
+  const std::vector<Size> sizes = {Size{1, 1, 513},     Size{70, 13, 512},  Size{45, 100, 1025},
+                                   Size{130, 64, 600},  Size{20, 17, 2101}, Size{40, 24, 4096},
+                                   Size{131, 250, 515}, Size{30, 70, 4097}, Size{100, 100, 4500},
+                                   Size{9, 140, 9000}};
   for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType c : {DType::kF32, DType::kBF16}) {
@@ -594,7 +598,8 @@ TEST(GemmTest, PlainABf16OddKReadsNothingPastTheRows) {
 // give the same bits at 1, 2 and 3 threads, so training does not depend on
 // the thread count: also where a long reduction is split by k between the
 // threads (these sizes; odd k, f32 and bf16 C, alpha and beta). So do the
-// products of a plain A on the same kernel.
+// products of a plain A on the same kernel, in their longer slices too
+// (k 4500: two).
 TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
   const int before = GemmThreads();
@@ -602,7 +607,7 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
     int64_t m, n, k;
   };
   for (Size sz : {Size{20, 17, 2101}, Size{40, 24, 4096}, Size{130, 100, 600}, Size{64, 200, 600},
-                  Size{128, 128, 2048}}) {
+                  Size{128, 128, 2048}, Size{100, 100, 4500}}) {
     for (bool ta : {true, false}) {
       const int64_t lda = (ta ? sz.m : sz.k) + 1, ldb = sz.n + 2, ldc = sz.n + 3;
       std::vector<char> a = Encode(DType::kBF16, Random((ta ? sz.k : sz.m) * lda, 70));
