@@ -31,7 +31,9 @@ namespace {
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
 // that block's products instead of running alone before them, which cost
-// the GPT example's weight gradients 5-10% of the peak.
+// the GPT example's weight gradients 5-10% of the peak. A transposed B is
+// the exception: its panels are transposed 16 pairs at a time, just
+// before their first block.
 // Each thread has its own buffers and its own part of C (no waiting on
 // the others).
 // A register block of C is kMr x kPanel: 6 x 4 accumulators, 4 B vectors
@@ -107,8 +109,8 @@ TPX_BF16_TARGET inline void PairUp32(SourceRows src, int64_t p, int64_t c, __m51
 // beta on the first slice), or through an f32 buffer for a bf16 C.
 enum class Stage { kOnly, kFirst, kMiddle, kLast };
 
-// One product: C[m, n] = alpha * op(A) B + beta * C, A stored [k, m] (or
-// [m, k]: a_rows), B [k, n].
+// One product: C[m, n] = alpha * op(A) op(B) + beta * C, A stored [k, m]
+// (or [m, k]: a_rows), B [k, n] (or [n, k]: b_cols).
 struct Product {
   int64_t m, n, k;
   float alpha, beta;
@@ -139,6 +141,10 @@ struct Product {
   // A stored [m, k] (row i of op(A) at a + i * lda): its rows already hold
   // the k-pairs, which the blocks read in place as broadcasts.
   bool a_rows = false;
+  // B stored [n, k] (column j of op(B) at b + j * ldb): each panel of a
+  // slice is packed by 16 x 16 transposes before its first block
+  // (PackTransposedB).
+  bool b_cols = false;
   // k-pairs per slice of the reduction: kSlicePairs; for a plain A, all
   // of k up to kPlainSlicePairs (but where threads split the reduction).
   int64_t slice_pairs = kSlicePairs;
@@ -464,6 +470,67 @@ int64_t BlockAt(const Product& pr, const BlockArgs& b, int64_t row_end) {
   }
 }
 
+// Transposes 16 x 16 32-bit words: lane i of rows[j] becomes lane j of
+// rows[i] (words, then 64-bit pairs of them, within each 128-bit block;
+// then the blocks).
+TPX_BF16_TARGET inline void Transpose16x16(__m512i rows[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  // u[4g + c], block b: rows 4g to 4g + 3 of column 4b + c.
+  __m512i u[16];
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    rows[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    rows[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    rows[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    rows[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+// Packs pairs [p0, p0 + pairs) of a panel of a B stored [n, k] into `line`
+// (pair p at line + (p - p0) * kPanel): a source row's pairs are already
+// 32-bit words, so 16 of them from each of 16 rows make one transpose.
+// Values past k and columns past n are zeros. Sixteen rows at a time, along
+// k, each row's line kTransposeAhead transposes on prefetched: from
+// memory, 64 rows a line at a time left the hardware's prefetchers behind
+// (the products ran 2-6% slower).
+constexpr int64_t kTransposeAhead = 4;
+TPX_BF16_TARGET void PackTransposedB(const Product& pr, int64_t p0, int64_t pairs, int64_t panel,
+                                     uint32_t* line) {
+  const int64_t c0 = panel * kPanel, width = std::min(kPanel, pr.n - c0);
+  for (int64_t j0 = 0; j0 < width; j0 += 16) {
+    for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
+      const int64_t values = std::min<int64_t>(32, pr.k - 2 * (p0 + q0));
+      const __mmask32 mask = values >= 32 ? ~__mmask32{0} : (__mmask32{1} << values) - 1;
+      const int64_t lines = std::min<int64_t>(16, pairs - q0);
+      __m512i rows[16];
+      for (int i = 0; i < 16; ++i) {
+        const uint16_t* src = pr.b + (c0 + j0 + i) * pr.ldb + 2 * (p0 + q0);
+        if (q0 + 16 * kTransposeAhead < pairs) {
+          _mm_prefetch(reinterpret_cast<const char*>(src + 32 * kTransposeAhead), _MM_HINT_T0);
+        }
+        rows[i] = j0 + i < width ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_setzero_si512();
+      }
+      Transpose16x16(rows);
+      for (int64_t q = 0; q < lines; ++q) {
+        _mm512_store_si512(line + (q0 + q) * kPanel + j0, rows[q]);
+      }
+    }
+  }
+}
+
 // One product on the calling thread, with its own buffers: bp for a B
 // slice, ap for an A slice, pr.sums for a bf16 C's running sums.
 void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
@@ -493,6 +560,9 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       const int64_t r0 = b0 * kMr, row_end = std::min(pr.m, (b0 + kChunkBlocks) * kMr);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
         const int64_t c0 = panel * kPanel;
+        if (pr.b_cols && b0 == 0) {
+          PackTransposedB(pr, sl.p0, sl.pairs, panel, bp + (panel - sl.g0) * pr.PanelStride());
+        }
         for (int64_t row = r0; row < row_end;) {
           BlockArgs b{ap + (row - r0), bp + (panel - sl.g0) * pr.PanelStride()};
           b.pairs = sl.pairs;
@@ -502,7 +572,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
           // A plain A is read in place by every block; a transposed one is
           // packed by the chunk's first block on the slice's first panel.
           // The first chunk's first block on each panel packs the panel of
-          // B.
+          // a plain B.
           if (pr.a_rows) {
             b.packs |= kAInPlace;
             b.a_src = SourceRows{pr.a + row * pr.lda + 2 * sl.p0, pr.lda, whole, 0};
@@ -510,7 +580,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
             b.packs |= kPacksA;
             b.a_src = SourceRows{pr.a + 2 * sl.p0 * pr.lda + r0, pr.lda, whole, row_end - r0};
           }
-          if (b0 == 0 && row == r0) {
+          if (b0 == 0 && row == r0 && !pr.b_cols) {
             b.packs |= kPacksB;
             b.b_src = SourceRows{pr.b + 2 * sl.p0 * pr.ldb + c0, pr.ldb, whole,
                                  std::min(kPanel, pr.n - c0)};
@@ -534,7 +604,7 @@ Product Part(const Product& pr, int t, int nt) {
   if (pr.n > pr.m) {
     const int64_t c0 = std::min(pr.n, pr.Panels() * t / nt * kPanel);
     const int64_t c1 = std::min(pr.n, pr.Panels() * (t + 1) / nt * kPanel);
-    part.b += c0;
+    part.b += pr.b_cols ? c0 * pr.ldb : c0;
     part.n = c1 - c0;
     part.c = static_cast<char*>(pr.c) + c0 * c_size;
     return part;
@@ -574,7 +644,7 @@ Product SlicesOf(const Product& pr, int64_t s0, int64_t s1) {
   Product part = pr;
   const int64_t k0 = 2 * pr.slice_pairs * s0;
   part.a += pr.a_rows ? k0 : k0 * pr.lda;
-  part.b += k0 * pr.ldb;
+  part.b += pr.b_cols ? k0 : k0 * pr.ldb;
   part.k = std::min(pr.k, 2 * pr.slice_pairs * s1) - k0;
   return part;
 }
@@ -622,10 +692,13 @@ TPX_BF16_TARGET void FinishSplitRows(const Product& pr, const float* slice_sums,
 
 bool Bf16GemmApplies() { return CpuHasAvx512Bf16(); }
 
-absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t k, float alpha,
-                      const uint16_t* a, int64_t lda, int64_t stride_a, const uint16_t* b,
-                      int64_t ldb, int64_t stride_b, float beta, DType c_dtype, void* c,
-                      int64_t ldc, int64_t stride_c) {
+absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                      float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
+                      const uint16_t* b, int64_t ldb, int64_t stride_b, float beta, DType c_dtype,
+                      void* c, int64_t ldc, int64_t stride_c) {
+  if (trans_a && trans_b) {
+    return absl::InvalidArgumentError("Bf16Gemm: A and B both transposed (oneDNN computes those)");
+  }
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
   constexpr int64_t kMaxL2C = int64_t{1} << 18;  // f32 values (1 MiB), for Product::large_c
@@ -647,6 +720,7 @@ absl::Status Bf16Gemm(bool trans_a, int64_t batch, int64_t m, int64_t n, int64_t
     pr.large_c = m * n > kMaxL2C;
     pr.a_rows = !trans_a;
     pr.slice_pairs = slice_pairs;
+    pr.b_cols = trans_b;
     return pr;
   };
   const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());

@@ -240,16 +240,19 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     return transposed_a || m * n * k >= kMinSgemmMacs ? ProductPath::kSgemm
                                                       : ProductPath::kMatmul;
   }
-  if (trans_b || ab_dtype != DType::kBF16 || !Bf16GemmApplies()) return ProductPath::kMatmul;
+  if (ab_dtype != DType::kBF16 || !Bf16GemmApplies() || (trans_a && trans_b)) {
+    return ProductPath::kMatmul;
+  }
   // With A transposed the bf16 kernel wins (measured) at every size: at two
   // threads by 1.1-1.3x (the GPT example's weight gradients, attention's
   // dV, bf16 C of 2048-4096 x 1024 with k 2048), at one even with oneDNN
-  // for those large ones and ahead on the example's step. With A plain it
-  // wins from k = 512 (2048 x 512 x 128 to 2048 x 2048 x 2048: 1.01-1.13x
-  // on one thread, 1.04-1.12x on two); below, oneDNN's blocking does
-  // better on one thread (k = 64-128: 0.90-0.96x).
+  // for those large ones and ahead on the example's step. With A plain (B
+  // plain or transposed: a forward product) it wins from k = 512 (2048 x
+  // 512 x 128 to 2048 x 2048 x 2048: 1.01-1.13x on one thread, 1.04-1.12x
+  // on two); below, oneDNN's blocking does better on one thread (k = 64-128:
+  // 0.90-0.96x).
   constexpr int64_t kMinPlainAK = 512;
-  if (trans_a || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
+  if ((trans_a && !trans_b) || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
   return ProductPath::kMatmul;
 }
 
@@ -482,7 +485,7 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
       return SgemmProduct(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
                           static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
     case ProductPath::kBf16Kernel:
-      return Bf16Gemm(trans_a, 1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
+      return Bf16Gemm(trans_a, trans_b, 1, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, 0,
                       static_cast<const uint16_t*>(b), ldb, 0, beta, c_dtype, c, ldc, 0);
     case ProductPath::kMatmul:
       break;
@@ -510,6 +513,16 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if (FewRowsGemmApplies(ab_dtype, ab_dtype, trans_a, trans_b, m)) {
     FewRowsGemm(ab_dtype, ab_dtype, trans_b, 1, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, bias);
     return absl::OkStatus();
+  }
+  if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, ab_dtype) == ProductPath::kBf16Kernel) {
+    // C starts as the bias and the kernel adds the product to it (beta 1):
+    // one rounding to bf16, as the fused bias has.
+    const size_t row_bytes = static_cast<size_t>(n) * SizeOf(ab_dtype);
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(static_cast<char*>(c) + r * ldc * SizeOf(ab_dtype), bias, row_bytes);
+    }
+    return Bf16Gemm(trans_a, trans_b, 1, m, n, k, 1.0f, static_cast<const uint16_t*>(a), lda, 0,
+                    static_cast<const uint16_t*>(b), ldb, 0, 1.0f, ab_dtype, c, ldc, 0);
   }
   MatmulKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, ab_dtype, ab_dtype, 1.0f, 0.0f};
   key.bias = true;
@@ -559,8 +572,8 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   }
   // Batches of f32 products stay on the primitive (one call for all).
   if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype) == ProductPath::kBf16Kernel) {
-    return Bf16Gemm(trans_a, batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda, stride_a,
-                    static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
+    return Bf16Gemm(trans_a, trans_b, batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
+                    stride_a, static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
                     stride_c);
   }
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,

@@ -290,6 +290,40 @@ TEST(GemmTest, RowRangesOverThreadsMatchReference) {
   SetGemmThreads(before);
 }
 
+// bf16 products with a bias and k >= 512 (B plain or transposed) run on
+// the bf16 kernel, C seeded with the bias: every row gets it once, the
+// padding columns of C are not written, at 1 and 2 threads.
+TEST(GemmTest, Bf16BiasOfLongReductionsIsAddedToEveryRow) {
+  const int before = GemmThreads();
+  const int64_t m = 50, n = 70, k = 601, ldc = n + 3;
+  std::vector<float> a = Random(m * k, 53), w = Random(n * k, 54), bias = Random(n, 55);
+  for (std::vector<float>* v : {&a, &w, &bias}) {
+    for (float& x : *v) x = RoundTo(DType::kBF16, x);
+  }
+  const std::vector<char> ea = Encode(DType::kBF16, a), ew = Encode(DType::kBF16, w),
+                          eb = Encode(DType::kBF16, bias);
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (bool tb : {false, true}) {
+      const int64_t ldb = tb ? k : n;  // w as [n, k] or, read as [k, n], another B
+      std::vector<char> ec = Encode(DType::kBF16, std::vector<float>(m * ldc, 9.0f));
+      ASSERT_TRUE(GemmBias(false, tb, m, n, k, DType::kBF16, ea.data(), k, ew.data(), ldb,
+                           eb.data(), ec.data(), ldc)
+                      .ok());
+      const std::vector<double> ref = Reference(false, tb, m, n, k, a, k, w, ldb);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
+          ASSERT_NEAR(Decode(DType::kBF16, ec, i * ldc + j), want,
+                      kBF16OutTol * (1 + std::fabs(want)))
+              << (tb ? "NT" : "NN") << " " << threads << " threads at " << i << "," << j;
+        }
+      }
+    }
+  }
+  SetGemmThreads(before);
+}
+
 // The bias row is added to every row of C, for f32, bf16 and f16 and an
 // empty reduction, also to one to four rows (f32: core/few_rows_gemm.h);
 // padding columns of C are not written.
@@ -513,12 +547,14 @@ TEST(GemmTest, TransposedAMatchesReference) {
   SetGemmThreads(before);
 }
 
-// bf16 products of a plain A and B with k >= 512 (input gradients dY W) run
-// on the same kernel, reading A's k-pairs in place: k odd (its last pair has
-// one value) and even, one to five slices, a long reduction with a small C
-// (split by k at 2 and 3 threads), odd leading dims (A's pairs then straddle
-// 32-bit words), sizes off the blocks and panels, alpha and beta, f32 and
-// bf16 C, batches, 1 to 3 threads.
+// bf16 products of a plain A with k >= 512 run on the same kernel, reading
+// A's k-pairs in place, with B plain (input gradients dY W) or stored
+// transposed (forward products X W^T, whose B is packed by transposes): k
+// odd (its last pair has one value) and even, one to three slices, a long
+// reduction with a small C (split by k at 2 and 3 threads), odd leading
+// dims (A's pairs then straddle 32-bit words), sizes off the blocks and
+// panels, threads splitting rows or columns, alpha and beta, f32 and bf16 C,
+// batches, 1 to 3 threads.
 TEST(GemmTest, PlainABf16MatchesReference) {
   const int before = GemmThreads();
   struct Size {
@@ -535,71 +571,93 @@ TEST(GemmTest, PlainABf16MatchesReference) {
     SetGemmThreads(threads);
     for (DType c : {DType::kF32, DType::kBF16}) {
       for (Size sz : sizes) {
-        if (threads == 3 && sz.k < 2048) continue;  // 3 threads: the long reductions only
-        const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
-        for (float beta : {0.0f, 0.5f}) {
+        for (bool tb : {false, true}) {
+          if (threads == 3 && sz.k < 2048) continue;  // 3 threads: the long reductions only
+          const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+          for (float beta : {0.0f, 0.5f}) {
+            ExpectMatchesReference({.ab = DType::kBF16,
+                                    .c = c,
+                                    .tb = tb,
+                                    .m = sz.m,
+                                    .n = sz.n,
+                                    .k = sz.k,
+                                    .pad_a = 3,
+                                    .pad_b = 1,
+                                    .pad_c = 2,
+                                    .alpha = 1.5f,
+                                    .beta = beta,
+                                    .seed = 120},
+                                   tol);
+          }
+          if (sz.m * sz.n * sz.k > 1'000'000) continue;  // the batched case, small sizes only
           ExpectMatchesReference({.ab = DType::kBF16,
                                   .c = c,
+                                  .tb = tb,
+                                  .batch = 3,
                                   .m = sz.m,
                                   .n = sz.n,
                                   .k = sz.k,
-                                  .pad_a = 3,
-                                  .pad_b = 1,
-                                  .pad_c = 2,
-                                  .alpha = 1.5f,
-                                  .beta = beta,
-                                  .seed = 120},
+                                  .pad_a = 1,
+                                  .pad_b = 2,
+                                  .gap_a = 5,
+                                  .gap_b = 3,
+                                  .gap_c = 2,
+                                  .seed = 121},
                                  tol);
         }
-        if (sz.m * sz.n * sz.k > 1'000'000) continue;  // the batched case, small sizes only
-        ExpectMatchesReference({.ab = DType::kBF16,
-                                .c = c,
-                                .batch = 3,
-                                .m = sz.m,
-                                .n = sz.n,
-                                .k = sz.k,
-                                .pad_a = 1,
-                                .pad_b = 2,
-                                .gap_a = 5,
-                                .gap_b = 3,
-                                .gap_c = 2,
-                                .seed = 121},
-                               tol);
       }
     }
   }
   SetGemmThreads(before);
 }
 
-// With odd k, the value after each row of a plain A (here a NaN in its
-// padding, and past the end of the buffer for the last row) is never read:
-// C is exact.
+// With odd k, the value after each row of a plain A, and of a B stored
+// transposed (here a NaN in their padding, and past the end of the buffer
+// for the last row), is never read: C is exact.
 TEST(GemmTest, PlainABf16OddKReadsNothingPastTheRows) {
   const int64_t m = 13, n = 70, k = 513;
-  std::vector<float> a(m * (k + 1)), b = Random(k * n, 122);
-  for (float& v : b) v = RoundTo(DType::kBF16, v);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t p = 0; p <= k; ++p) a[i * (k + 1) + p] = p == k ? std::nanf("") : 0.25f * (i % 3);
+  // rows x k values, each row followed by a NaN (but the last: the
+  // allocation ends at its k-th value).
+  auto padded_rows = [&](int64_t rows, auto value) {
+    std::vector<float> v(rows * (k + 1));
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t p = 0; p <= k; ++p) v[i * (k + 1) + p] = p == k ? std::nanf("") : value(i, p);
+    }
+    const std::vector<char> e = Encode(DType::kBF16, v);
+    std::vector<uint16_t> out(rows * (k + 1) - 1);
+    std::memcpy(out.data(), e.data(), out.size() * sizeof(uint16_t));
+    return std::make_pair(v, out);
+  };
+  const auto [a, ea] = padded_rows(m, [](int64_t i, int64_t) { return 0.25f * (i % 3); });
+  for (bool tb : {false, true}) {
+    std::vector<float> b = Random(k * n, 122);
+    for (float& v : b) v = RoundTo(DType::kBF16, v);
+    std::vector<uint16_t> eb(b.size());
+    std::memcpy(eb.data(), Encode(DType::kBF16, b).data(), eb.size() * sizeof(uint16_t));
+    int64_t ldb = n;
+    if (tb) {  // B stored [n, k], element (p, j) of op(B) at j * (k + 1) + p
+      std::tie(b, eb) = padded_rows(n, [](int64_t j, int64_t p) {
+        return RoundTo(DType::kBF16, 0.125f * static_cast<float>((j + 3 * p) % 7) - 0.25f);
+      });
+      ldb = k + 1;
+    }
+    std::vector<float> out(m * n, 0.0f);
+    ASSERT_TRUE(Gemm(false, tb, m, n, k, 1.0f, DType::kBF16, ea.data(), k + 1, eb.data(), ldb, 0.0f,
+                     DType::kF32, out.data(), n)
+                    .ok());
+    const std::vector<double> ref = Reference(false, tb, m, n, k, a, k + 1, b, ldb);
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(out[i], ref[i], kF32Tol * (1 + std::fabs(ref[i]))) << (tb ? "NT" : "NN");
+    }
   }
-  const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
-  // The last row without its padding: the allocation ends at its k-th value.
-  std::vector<uint16_t> packed(m * (k + 1) - 1);
-  std::memcpy(packed.data(), ea.data(), packed.size() * sizeof(uint16_t));
-  std::vector<float> out(m * n, 0.0f);
-  ASSERT_TRUE(Gemm(false, false, m, n, k, 1.0f, DType::kBF16, packed.data(), k + 1, eb.data(), n,
-                   0.0f, DType::kF32, out.data(), n)
-                  .ok());
-  const std::vector<double> ref = Reference(false, false, m, n, k, a, k + 1, b, n);
-  for (int64_t i = 0; i < m * n; ++i)
-    ASSERT_NEAR(out[i], ref[i], kF32Tol * (1 + std::fabs(ref[i])));
 }
 
 // Weight gradients in bf16 (A stored transposed) on CPUs with AVX-512 BF16
 // give the same bits at 1, 2 and 3 threads, so training does not depend on
 // the thread count: also where a long reduction is split by k between the
 // threads (these sizes; odd k, f32 and bf16 C, alpha and beta). So do the
-// products of a plain A on the same kernel, in their longer slices too
-// (k 4500: two).
+// products of a plain A on the same kernel, B plain or transposed, in
+// their longer slices too (k 4500: two).
 TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
   const int before = GemmThreads();
@@ -608,10 +666,11 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   };
   for (Size sz : {Size{20, 17, 2101}, Size{40, 24, 4096}, Size{130, 100, 600}, Size{64, 200, 600},
                   Size{128, 128, 2048}, Size{100, 100, 4500}}) {
-    for (bool ta : {true, false}) {
-      const int64_t lda = (ta ? sz.m : sz.k) + 1, ldb = sz.n + 2, ldc = sz.n + 3;
+    for (auto [ta, tb] :
+         {std::pair(true, false), std::pair(false, false), std::pair(false, true)}) {
+      const int64_t lda = (ta ? sz.m : sz.k) + 1, ldb = (tb ? sz.k : sz.n) + 2, ldc = sz.n + 3;
       std::vector<char> a = Encode(DType::kBF16, Random((ta ? sz.k : sz.m) * lda, 70));
-      std::vector<char> b = Encode(DType::kBF16, Random(sz.k * ldb, 71));
+      std::vector<char> b = Encode(DType::kBF16, Random((tb ? sz.n : sz.k) * ldb, 71));
       for (DType c : {DType::kF32, DType::kBF16}) {
         for (float beta : {0.0f, 0.5f}) {
           const std::vector<char> c0 = Encode(c, Random(sz.m * ldc, 72));
@@ -619,15 +678,16 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
           for (int threads : {1, 2, 3}) {
             SetGemmThreads(threads);
             std::vector<char> out = c0;
-            ASSERT_TRUE(Gemm(ta, false, sz.m, sz.n, sz.k, 1.5f, DType::kBF16, a.data(), lda,
-                             b.data(), ldb, beta, c, out.data(), ldc)
+            ASSERT_TRUE(Gemm(ta, tb, sz.m, sz.n, sz.k, 1.5f, DType::kBF16, a.data(), lda, b.data(),
+                             ldb, beta, c, out.data(), ldc)
                             .ok());
             results.push_back(std::move(out));
           }
           for (size_t i = 1; i < results.size(); ++i) {
             EXPECT_TRUE(results[i] == results[0])
-                << (ta ? "TN" : "NN") << " m=" << sz.m << " n=" << sz.n << " k=" << sz.k << " C "
-                << DTypeName(c) << " beta=" << beta << ": " << i + 1 << " threads differ from 1";
+                << (ta ? "T" : "N") << (tb ? "T" : "N") << " m=" << sz.m << " n=" << sz.n
+                << " k=" << sz.k << " C " << DTypeName(c) << " beta=" << beta << ": " << i + 1
+                << " threads differ from 1";
           }
         }
       }
