@@ -246,11 +246,11 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   // With A transposed the bf16 kernel wins (measured) at every size: at two
   // threads by 1.1-1.3x (the GPT example's weight gradients, attention's
   // dV, bf16 C of 2048-4096 x 1024 with k 2048), at one even with oneDNN
-  // for those large ones and ahead on the example's step. With A plain (B
-  // plain or transposed: a forward product) it wins from k = 512 (2048 x
-  // 512 x 128 to 2048 x 2048 x 2048: 1.01-1.13x on one thread, 1.04-1.12x
-  // on two); below, oneDNN's blocking does better on one thread (k = 64-128:
-  // 0.90-0.96x).
+  // for those large ones and ahead on the example's step. With A plain it
+  // wins from k = 512, B plain (2048 x 512 x 128 to 2048 x 2048 x 2048:
+  // 1.01-1.13x on one thread, 1.04-1.12x on two) or transposed (forward
+  // products, the MLP's of bench:tp_mlp: 1.01-1.13x and 1.02-1.18x); below,
+  // oneDNN's blocking does better on one thread (k = 64-128: 0.90-0.96x).
   constexpr int64_t kMinPlainAK = 512;
   if ((trans_a && !trans_b) || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
   return ProductPath::kMatmul;
@@ -500,12 +500,16 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   TPX_RETURN_IF_ERROR(CheckGemmArgs("GemmBias", trans_a, trans_b, m, n, k, ab_dtype, lda, ldb,
                                     ab_dtype, ldc));
   if (m == 0 || n == 0) return absl::OkStatus();
-  if (ab_dtype == DType::kF16 || k == 0) {
-    // Gemm's special paths: seed every row with the bias, accumulate onto it.
+  // Every row of C set to the bias, for products that then add onto C.
+  auto seed_rows_with_bias = [&] {
     const size_t row_bytes = static_cast<size_t>(n) * SizeOf(ab_dtype);
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(static_cast<char*>(c) + r * ldc * SizeOf(ab_dtype), bias, row_bytes);
     }
+  };
+  if (ab_dtype == DType::kF16 || k == 0) {
+    // Gemm's special paths: seed every row with the bias, accumulate onto it.
+    seed_rows_with_bias();
     return Gemm(trans_a, trans_b, m, n, k, 1.0f, ab_dtype, a, lda, b, ldb, 1.0f, ab_dtype, c,
                 ldc);
   }
@@ -517,10 +521,7 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, ab_dtype) == ProductPath::kBf16Kernel) {
     // C starts as the bias and the kernel adds the product to it (beta 1):
     // one rounding to bf16, as the fused bias has.
-    const size_t row_bytes = static_cast<size_t>(n) * SizeOf(ab_dtype);
-    for (int64_t r = 0; r < m; ++r) {
-      std::memcpy(static_cast<char*>(c) + r * ldc * SizeOf(ab_dtype), bias, row_bytes);
-    }
+    seed_rows_with_bias();
     return Bf16Gemm(trans_a, trans_b, 1, m, n, k, 1.0f, static_cast<const uint16_t*>(a), lda, 0,
                     static_cast<const uint16_t*>(b), ldb, 0, 1.0f, ab_dtype, c, ldc, 0);
   }
