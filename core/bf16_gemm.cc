@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/allocator.h"
+#include "core/cpu/transpose16x16.h"
 #include "core/cpu_features.h"
 #include "core/gemm.h"
 #include "core/lane_mask.h"
@@ -470,35 +471,6 @@ int64_t BlockAt(const Product& pr, const BlockArgs& b, int64_t row_end) {
   }
 }
 
-// Transposes 16 x 16 32-bit words: lane i of rows[j] becomes lane j of
-// rows[i] (words, then 64-bit pairs of them, within each 128-bit block;
-// then the blocks).
-TPX_BF16_TARGET inline void Transpose16x16(__m512i rows[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
-  }
-  // u[4g + c], block b: rows 4g to 4g + 3 of column 4b + c.
-  __m512i u[16];
-  for (int g = 0; g < 4; ++g) {
-    u[4 * g] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
-    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
-    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-    const __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-    rows[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
-    rows[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
-    rows[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
-    rows[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
-  }
-}
-
 // Packs pairs [p0, p0 + pairs) of a panel of a B stored [n, k] into `line`
 // (pair p at line + (p - p0) * kPanel): a source row's pairs are already
 // 32-bit words, so 16 of them from each of 16 rows make one transpose.
@@ -515,17 +487,21 @@ TPX_BF16_TARGET void PackTransposedB(const Product& pr, int64_t p0, int64_t pair
       const int64_t values = std::min<int64_t>(32, pr.k - 2 * (p0 + q0));
       const __mmask32 mask = values >= 32 ? ~__mmask32{0} : (__mmask32{1} << values) - 1;
       const int64_t lines = std::min<int64_t>(16, pairs - q0);
-      __m512i rows[16];
+      __m512 rows[16];  // 32-bit words: the transpose moves bits, not floats
       for (int i = 0; i < 16; ++i) {
+        if (j0 + i >= width) {
+          rows[i] = _mm512_setzero_ps();
+          continue;
+        }
         const uint16_t* src = pr.b + (c0 + j0 + i) * pr.ldb + 2 * (p0 + q0);
         if (q0 + 16 * kTransposeAhead < pairs) {
           _mm_prefetch(reinterpret_cast<const char*>(src + 32 * kTransposeAhead), _MM_HINT_T0);
         }
-        rows[i] = j0 + i < width ? _mm512_maskz_loadu_epi16(mask, src) : _mm512_setzero_si512();
+        rows[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, src));
       }
-      Transpose16x16(rows);
+      cpu::Transpose16x16(rows);
       for (int64_t q = 0; q < lines; ++q) {
-        _mm512_store_si512(line + (q0 + q) * kPanel + j0, rows[q]);
+        _mm512_store_ps(line + (q0 + q) * kPanel + j0, rows[q]);
       }
     }
   }
