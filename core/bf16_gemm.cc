@@ -536,11 +536,10 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       const int64_t r0 = b0 * kMr, row_end = std::min(pr.m, (b0 + kChunkBlocks) * kMr);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
         const int64_t c0 = panel * kPanel;
-        if (pr.b_cols && b0 == 0) {
-          PackTransposedB(pr, sl.p0, sl.pairs, panel, bp + (panel - sl.g0) * pr.PanelStride());
-        }
+        uint32_t* const panel_bp = bp + (panel - sl.g0) * pr.PanelStride();
+        if (pr.b_cols && b0 == 0) PackTransposedB(pr, sl.p0, sl.pairs, panel, panel_bp);
         for (int64_t row = r0; row < row_end;) {
-          BlockArgs b{ap + (row - r0), bp + (panel - sl.g0) * pr.PanelStride()};
+          BlockArgs b{ap + (row - r0), panel_bp};
           b.pairs = sl.pairs;
           b.row = row;
           b.col = c0;
@@ -678,7 +677,12 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
   constexpr int64_t kMaxL2C = int64_t{1} << 18;  // f32 values (1 MiB), for Product::large_c
-  int64_t slice_pairs = kSlicePairs;
+  // A plain A reduces all of k (up to kPlainSlicePairs) in one slice, but
+  // a product whose reduction threads may split keeps the short slices it
+  // was measured with, at any thread count: C's bits follow the slices.
+  const int64_t slice_pairs = !trans_a && !SmallCLongReduction(m, n, k)
+                                  ? std::clamp<int64_t>((k + 1) / 2, 1, kPlainSlicePairs)
+                                  : kSlicePairs;
   auto product = [&](int64_t i, float* sums) {
     Product pr{m,
                n,
@@ -705,11 +709,6 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
   // its own buffers, without waiting on the others (which a shared host
   // may have descheduled).
   const bool per_thread = batch >= threads;
-  // A product whose reduction threads may split keeps the short slices it
-  // was measured with, at any thread count: C's bits follow the slices.
-  if (!trans_a && !SmallCLongReduction(m, n, k)) {
-    slice_pairs = std::clamp<int64_t>((k + 1) / 2, 1, kPlainSlicePairs);
-  }
   const Product first = product(0, nullptr);  // every product has its shape
   const bool split_k = !per_thread && SplitReduction(first, threads);
   // Per thread: a B slice, a transposed A's slice and the sums, in words;

@@ -229,7 +229,8 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
 // FMA peak against 0.82-0.91 for the primitive (0.90 against 0.80-0.86 on
 // two threads; smaller products, the GPT example's among them, are even on
 // one thread and favour the primitive on two). core/bf16_gemm.h takes bf16
-// products with B not transposed on AVX-512 BF16 CPUs, as measured below.
+// products with at most one operand transposed on AVX-512 BF16 CPUs, as
+// measured below.
 enum class ProductPath { kMatmul, kSgemm, kBf16Kernel };
 
 ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
