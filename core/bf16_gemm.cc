@@ -25,10 +25,10 @@ namespace {
 //   - a slice of B (Product::slice_pairs k-pairs x up to kGroupPanels
 //     panels of kPanel columns) in L2 or, for long slices, L3; for a
 //     transposed A and a C larger than L2, all of n (see Product::large_c);
-//   - a slice of a transposed A (kSlicePairs x kChunkRows rows of op(A))
-//     in L1; a plain A is read in place (its rows hold the k-pairs), which
-//     measured 1.04-1.13x oneDNN on products with k >= 512, and its
-//     slices are longer (kPlainSlicePairs: see there).
+//   - a slice of a transposed A (kChunkRows rows of op(A)) in L1 or, for
+//     long slices, L2; a plain A is read in place (its rows hold the
+//     k-pairs), which measured 1.04-1.13x oneDNN on products with k >= 512.
+// Slices are as long as SlicePairs allows (see kLongSlicePairs).
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
 // that block's products instead of running alone before them, which cost
@@ -41,14 +41,19 @@ namespace {
 // and a broadcast in the 32 zmm registers.
 constexpr int64_t kMr = 6;
 constexpr int64_t kPanel = 64;
+// The short slice: a transposed A's chunk of it fills L1 (48 KiB).
 constexpr int64_t kSlicePairs = 256;
-// With A read in place, nothing bounds a slice by L1, and every slice
-// costs each block a fresh start (its B panel and A rows streamed anew, its
-// sums read and written): slices of up to 2048 pairs ran 1.03-1.10x the
-// 256-pair ones on 1024-2048-sized products on a Zen 5 core (0.84-0.87 ->
-// 0.89-0.92 of the peak), 1.06-1.10x on two; 1024 gained only half as much.
-// The B panels of a slice (512 KiB each) then stream from L3.
-constexpr int64_t kPlainSlicePairs = 2048;
+// Every slice costs each block a fresh start (its B panel and A rows
+// streamed anew, its sums read and written). With A read in place, slices
+// of up to 2048 pairs ran 1.03-1.10x the 256-pair ones on 1024-2048-sized
+// products on a Zen 5 core (0.84-0.87 -> 0.89-0.92 of the peak), 1.06-1.10x
+// on two; 1024 gained only half as much. The B panels of a slice (512 KiB
+// each) then stream from L3. A transposed A's weight gradients ran 1.02-1.07x
+// with slices of all of k (up to 1024 pairs) against 256.
+constexpr int64_t kLongSlicePairs = 2048;
+// Where a slice of B spans all of n (Product::large_c), its length keeps it
+// within this many words (4 MiB), as 256-pair slices did up to n = 4096.
+constexpr int64_t kMaxWideSliceWords = int64_t{1} << 20;
 constexpr int64_t kGroupPanels = 8;
 constexpr int64_t kChunkBlocks = 8;
 constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
@@ -146,8 +151,7 @@ struct Product {
   // slice is packed by 16 x 16 transposes before its first block
   // (PackTransposedB).
   bool b_cols = false;
-  // k-pairs per slice of the reduction: kSlicePairs; for a plain A, all
-  // of k up to kPlainSlicePairs (but where threads split the reduction).
+  // k-pairs per slice of the reduction (SlicePairs).
   int64_t slice_pairs = kSlicePairs;
 
   int64_t Pairs() const { return (k + 1) / 2; }
@@ -607,6 +611,25 @@ bool SmallCLongReduction(int64_t m, int64_t n, int64_t k) {
   constexpr int64_t kMinK = 2048, kMaxC = 8192;
   return k >= kMinK && m * n <= std::min(kMaxC, 2 * k);
 }
+// k-pairs per slice of a product of this shape: all of k, up to
+// kLongSlicePairs, but kSlicePairs where threads may split the reduction
+// (C's bits then do not depend on their number). A transposed A's slices
+// are never shorter than kSlicePairs: its buffers keep the sizes they were
+// measured with for short k (cut to attention's dV's 64 pairs, they ran it
+// 12-15% slower on two threads; cause unmeasured). Where a slice of B spans
+// all of n, kMaxWideSliceWords bounds it.
+int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) {
+  if (SmallCLongReduction(m, n, k)) return kSlicePairs;
+  const int64_t pairs = (k + 1) / 2;
+  if (!trans_a) return std::clamp<int64_t>(pairs, 1, kLongSlicePairs);
+  int64_t most = kLongSlicePairs;
+  if (large_c) {
+    const int64_t panel_words = (n + kPanel - 1) / kPanel * kPanel;
+    most = std::clamp<int64_t>(kMaxWideSliceWords / panel_words / 16 * 16, kSlicePairs, most);
+  }
+  return std::clamp<int64_t>(pairs, kSlicePairs, most);
+}
+
 bool SplitReduction(const Product& pr, int threads) {
   return threads >= 2 && pr.Slices() >= threads && SmallCLongReduction(pr.m, pr.n, pr.k);
 }
@@ -677,12 +700,8 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
   if (batch <= 0 || m <= 0 || n <= 0) return absl::OkStatus();
   const size_t c_size = SizeOf(c_dtype);
   constexpr int64_t kMaxL2C = int64_t{1} << 18;  // f32 values (1 MiB), for Product::large_c
-  // A plain A reduces all of k (up to kPlainSlicePairs) in one slice, but
-  // a product whose reduction threads may split keeps the short slices it
-  // was measured with, at any thread count: C's bits follow the slices.
-  const int64_t slice_pairs = !trans_a && !SmallCLongReduction(m, n, k)
-                                  ? std::clamp<int64_t>((k + 1) / 2, 1, kPlainSlicePairs)
-                                  : kSlicePairs;
+  const bool large_c = m * n > kMaxL2C;
+  const int64_t slice_pairs = SlicePairs(trans_a, large_c, m, n, k);
   auto product = [&](int64_t i, float* sums) {
     Product pr{m,
                n,
@@ -697,7 +716,7 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
                static_cast<char*>(c) + i * stride_c * c_size,
                ldc,
                sums};
-    pr.large_c = m * n > kMaxL2C;
+    pr.large_c = large_c;
     pr.a_rows = !trans_a;
     pr.slice_pairs = slice_pairs;
     pr.b_cols = trans_b;
@@ -714,7 +733,7 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
   // Per thread: a B slice, a transposed A's slice and the sums, in words;
   // every piece a whole number of cache lines.
   const int64_t b_words = first.GroupPanels() * first.PanelStride();
-  const int64_t a_words = trans_a ? kSlicePairs * kChunkRows : 0;
+  const int64_t a_words = trans_a ? slice_pairs * kChunkRows : 0;
   // A bf16 C's running sums; with split_k also each later slice's sums.
   const int64_t mn_words = (m * n + 15) / 16 * 16;
   const int64_t sum_words = split_k || first.NeedsSums() ? mn_words : 0;

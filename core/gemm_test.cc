@@ -502,11 +502,11 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 // kernel for bf16 where the CPU has it (core/bf16_gemm.h). Sizes off its
 // 6-row blocks (12-row ones for C of 17 to 32 columns, 16-row ones for at
 // most 16; remainders split into two smaller blocks, as 128 and 57 rows
-// have), 48-row chunks, 64-column panels and 512-k slices (one, two and
-// three of them), C wider
-// than tall (split by panels between threads) and taller than wide (split
-// by rows), a long reduction with a small C (split by k-pairs between
-// threads, odd k too, at 2 and 3 threads), odd k, padded leading dims,
+// have), 48-row chunks, 64-column panels, k in one slice and in two (4097:
+// an odd last pair alone in its slice), C wider than tall (split by panels
+// between threads) and taller than wide (split by rows), a long reduction
+// with a small C (in 256-pair slices split between threads, odd k too, at
+// 2 and 3 threads), odd k, padded leading dims,
 // alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 to 3 threads.
 // f32 products of at least 96 x 192 go to two threads as two ranges of C's
 // rows (213 x 131) or columns (131 x 250), each one call of the driver.
@@ -515,11 +515,11 @@ TEST(GemmTest, TransposedAMatchesReference) {
   struct Size {
     int64_t m, n, k;
   };
-  const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},   Size{45, 37, 77},
-                                   Size{130, 100, 600}, Size{256, 64, 512},  Size{20, 17, 2101},
-                                   Size{37, 45, 77},    Size{64, 200, 600},  Size{13, 130, 77},
-                                   Size{100, 32, 130},  Size{128, 96, 130},  Size{57, 48, 40},
-                                   Size{40, 24, 4096},  Size{213, 131, 300}, Size{131, 250, 77}};
+  const std::vector<Size> sizes = {
+      Size{1, 1, 1},      Size{70, 13, 301},   Size{45, 37, 77},   Size{130, 100, 600},
+      Size{256, 64, 512}, Size{20, 17, 2101},  Size{37, 45, 77},   Size{64, 200, 600},
+      Size{13, 130, 77},  Size{100, 32, 130},  Size{128, 96, 130}, Size{57, 48, 40},
+      Size{40, 24, 4096}, Size{213, 131, 300}, Size{131, 250, 77}, Size{130, 70, 4097}};
   for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
@@ -699,53 +699,61 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   SetGemmThreads(before);
 }
 
-// A bf16 weight gradient whose C (over 2^18 values: 1 MiB in f32) is larger than L2: the
-// kernel then prefetches C's tiles and packs B slices as wide as n (17
-// panels, the last of 6 columns), over two slices of k (odd), into f32 C
-// (alpha, beta) and bf16 C (through f32 running sums), at 1 and 2 threads
-// (split by rows), with padded leading dims.
+// A bf16 weight gradient whose C (over 2^18 values: 1 MiB in f32) is
+// larger than L2: the kernel then prefetches C's tiles and packs B slices as
+// wide as n, into f32 C (alpha, beta) and bf16 C (through f32 running
+// sums), at 1 and 2 threads, with padded leading dims. 1030 x 1030: 17
+// panels, the last of 6 columns, all of k (odd) in one slice, split by
+// rows; 130 x 2050: 33 panels, so wide that the slices are cut to 496
+// pairs (two, the last with one odd value), split by columns.
 TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
-  const int64_t m = 1030, n = 1030, k = 515, lda = m + 3, ldb = n + 1, ldc = n + 2;
-  std::vector<float> a = Random(k * lda, 110), b = Random(k * ldb, 111);
-  for (float& v : a) v = RoundTo(DType::kBF16, v);
-  for (float& v : b) v = RoundTo(DType::kBF16, v);
-  const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
-  // A^T B in double, in the order that reads rows of both.
-  std::vector<double> ref(m * n, 0.0);
-  for (int64_t p = 0; p < k; ++p) {
-    for (int64_t i = 0; i < m; ++i) {
-      const double av = a[p * lda + i];
-      for (int64_t j = 0; j < n; ++j) ref[i * n + j] += av * b[p * ldb + j];
-    }
-  }
-  const int before = GemmThreads();
-  for (int threads : {1, 2}) {
-    SetGemmThreads(threads);
-    for (DType c : {DType::kF32, DType::kBF16}) {
-      const float alpha = c == DType::kF32 ? 1.5f : 1.0f, beta = c == DType::kF32 ? 0.5f : 0.0f;
-      std::vector<float> c0 = Random(m * ldc, 112);
-      for (float& v : c0) v = RoundTo(c, v);
-      std::vector<char> ec = Encode(c, c0);
-      ASSERT_TRUE(Gemm(true, false, m, n, k, alpha, DType::kBF16, ea.data(), lda, eb.data(), ldb,
-                       beta, c, ec.data(), ldc)
-                      .ok());
-      const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+  struct Size {
+    int64_t m, n, k;
+  };
+  for (Size sz : {Size{1030, 1030, 515}, Size{130, 2050, 1025}}) {
+    const int64_t m = sz.m, n = sz.n, k = sz.k, lda = m + 3, ldb = n + 1, ldc = n + 2;
+    std::vector<float> a = Random(k * lda, 110), b = Random(k * ldb, 111);
+    for (float& v : a) v = RoundTo(DType::kBF16, v);
+    for (float& v : b) v = RoundTo(DType::kBF16, v);
+    const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
+    // A^T B in double, in the order that reads rows of both.
+    std::vector<double> ref(m * n, 0.0);
+    for (int64_t p = 0; p < k; ++p) {
       for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < ldc; ++j) {
-          const float got = Decode(c, ec, i * ldc + j);
-          if (j >= n) {
-            ASSERT_EQ(got, c0[i * ldc + j]) << "padding written at " << i << "," << j;
-            continue;
+        const double av = a[p * lda + i];
+        for (int64_t j = 0; j < n; ++j) ref[i * n + j] += av * b[p * ldb + j];
+      }
+    }
+    const int before = GemmThreads();
+    for (int threads : {1, 2}) {
+      SetGemmThreads(threads);
+      for (DType c : {DType::kF32, DType::kBF16}) {
+        const float alpha = c == DType::kF32 ? 1.5f : 1.0f, beta = c == DType::kF32 ? 0.5f : 0.0f;
+        std::vector<float> c0 = Random(m * ldc, 112);
+        for (float& v : c0) v = RoundTo(c, v);
+        std::vector<char> ec = Encode(c, c0);
+        ASSERT_TRUE(Gemm(true, false, m, n, k, alpha, DType::kBF16, ea.data(), lda, eb.data(), ldb,
+                         beta, c, ec.data(), ldc)
+                        .ok());
+        const double tol = c == DType::kBF16 ? kBF16OutTol : kF32Tol;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = Decode(c, ec, i * ldc + j);
+            if (j >= n) {
+              ASSERT_EQ(got, c0[i * ldc + j]) << "padding written at " << i << "," << j;
+              continue;
+            }
+            const double want = alpha * ref[i * n + j] + beta * c0[i * ldc + j];
+            ASSERT_NEAR(got, want, tol * (1 + std::fabs(want)))
+                << m << " x " << n << ", " << threads << " threads, C " << DTypeName(c) << " at "
+                << i << "," << j;
           }
-          const double want = alpha * ref[i * n + j] + beta * c0[i * ldc + j];
-          ASSERT_NEAR(got, want, tol * (1 + std::fabs(want)))
-              << threads << " threads, C " << DTypeName(c) << " at " << i << "," << j;
         }
       }
     }
+    SetGemmThreads(before);
   }
-  SetGemmThreads(before);
 }
 
 // f32 products of 2^30 multiply-adds and more take oneDNN's GEMM driver in
