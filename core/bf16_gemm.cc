@@ -616,12 +616,16 @@ bool SmallCLongReduction(int64_t m, int64_t n, int64_t k) {
 // (C's bits then do not depend on their number). A transposed A's slices
 // are never shorter than kSlicePairs: its buffers keep the sizes they were
 // measured with for short k (cut to attention's dV's 64 pairs, they ran it
-// 12-15% slower on two threads; cause unmeasured). Where a slice of B spans
-// all of n, kMaxWideSliceWords bounds it.
+// 12-15% slower on two threads; cause unmeasured). Nor are they longer
+// where C has one panel, whose blocks alone read each chunk of A: 128 x
+// 2048 x 64 ran 2-4% slower on two threads with one long slice (even on
+// one), 128 x 2048 x 128 even. Where a slice of B spans all of n,
+// kMaxWideSliceWords bounds it.
 int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) {
   if (SmallCLongReduction(m, n, k)) return kSlicePairs;
   const int64_t pairs = (k + 1) / 2;
   if (!trans_a) return std::clamp<int64_t>(pairs, 1, kLongSlicePairs);
+  if (n <= kPanel) return kSlicePairs;
   int64_t most = kLongSlicePairs;
   if (large_c) {
     const int64_t panel_words = (n + kPanel - 1) / kPanel * kPanel;
