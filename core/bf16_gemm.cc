@@ -25,7 +25,7 @@ namespace {
 //   - a slice of B (Product::slice_pairs k-pairs x up to kGroupPanels
 //     panels of kPanel columns) in L2 or, for long slices, L3; for a
 //     transposed A and a C larger than L2, all of n (see Product::large_c);
-//   - a slice of a transposed A (kChunkRows rows of op(A)) in L1 or, for
+//   - a slice of a transposed A (a chunk of rows of op(A)) in L1 or, for
 //     long slices, L2; a plain A is read in place (its rows hold the
 //     k-pairs), which measured 1.04-1.13x oneDNN on products with k >= 512.
 // Slices are as long as SlicePairs allows (see kLongSlicePairs).
@@ -55,9 +55,13 @@ constexpr int64_t kLongSlicePairs = 2048;
 // within this many words (4 MiB), as 256-pair slices did up to n = 4096.
 constexpr int64_t kMaxWideSliceWords = int64_t{1} << 20;
 constexpr int64_t kGroupPanels = 8;
+// Blocks of rows per chunk, which multiply one panel after another: 8, and
+// 16 for a transposed A with a large C, whose slices of B, as wide as n,
+// stream from L3 once per chunk (1.02-1.04x on 4096 x 2048 x 1024 and
+// 2048 x 2048 x 1024; even for a plain A, -2% to +2% for a small C).
 constexpr int64_t kChunkBlocks = 8;
-constexpr int64_t kChunkRows = kChunkBlocks * kMr;  // a multiple of 16
-static_assert(kChunkRows % 16 == 0);
+constexpr int64_t kWideChunkBlocks = 16;
+static_assert(kChunkBlocks * kMr % 16 == 0 && kWideChunkBlocks * kMr % 16 == 0);
 
 // The zero-masking forms of the AVX-512 conversions and shifts: the plain
 // ones start from _mm512_undefined_epi32(), which GCC 12 reports as used
@@ -165,6 +169,9 @@ struct Product {
   // group: with A in place, groups of kGroupPanels ran as fast and bound
   // the buffer.
   int64_t GroupPanels() const { return large_c && !a_rows ? Panels() : kGroupPanels; }
+  int64_t ChunkBlocks() const { return large_c && !a_rows ? kWideChunkBlocks : kChunkBlocks; }
+  // Rows of a transposed A's chunk: words per pair of its packed slice.
+  int64_t ChunkRows() const { return ChunkBlocks() * kMr; }
   bool NeedsSums() const { return c_bf16 && (Slices() > 1 || continues); }
 };
 
@@ -177,7 +184,6 @@ int64_t WholePairs(const Product& pr, int64_t p0, int64_t pairs) {
 // Pair p of a chunk of A's rows into its packed line.
 TPX_BF16_TARGET inline void PackALine(SourceRows src, int64_t p, __m512i low, __m512i high,
                                       uint32_t* line) {
-  static_assert(kChunkRows <= 64);
   for (int64_t c = 0; c < src.width; c += 32) {
     __m512i first, second;
     PairUp32(src, p, c, low, high, &first, &second);
@@ -243,7 +249,7 @@ template <int NV, int MR>
 }
 
 // The block of C at (b.row, b.col) (MR rows, cols <= 16 * NV) for b.pairs
-// k-pairs of packed A (b.ap: its first row, pairs kChunkRows words apart;
+// k-pairs of packed A (b.ap: its first row, pairs pr.ChunkRows() words apart;
 // with kAInPlace, A itself: b.a_src.rows is the block's first row at the
 // slice's first pair, b.a_src.ld apart) and the packed B
 // panel, written as b.stage says; packing first what kPacks says from
@@ -265,15 +271,16 @@ TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
   }
   [[maybe_unused]] const __m512i low = _mm512_load_si512(kLowPairs.words);
   [[maybe_unused]] const __m512i high = _mm512_load_si512(kHighPairs.words);
+  const int64_t chunk_rows = pr.ChunkRows();
   if constexpr ((kPacks & kPacksA) != 0) {
     for (int64_t p = 0; p < std::min<int64_t>(pairs, kPackAhead); ++p)
-      PackALine(a_src, p, low, high, ap + p * kChunkRows);
+      PackALine(a_src, p, low, high, ap + p * chunk_rows);
   }
   // One k-pair: A's word for row r of the block from a_word(p, r).
   auto step = [&](int64_t p, auto a_word) TPX_BF16_TARGET {
     if constexpr ((kPacks & kPacksA) != 0) {
       if (p + kPackAhead < pairs)
-        PackALine(a_src, p + kPackAhead, low, high, ap + (p + kPackAhead) * kChunkRows);
+        PackALine(a_src, p + kPackAhead, low, high, ap + (p + kPackAhead) * chunk_rows);
     }
     __m512i bv[NV];
     uint32_t* b_pair = bp + p * kPanel;
@@ -319,7 +326,7 @@ TPX_BF16_TARGET void Block(const Product& pr, BlockArgs b) {
     }
   } else {
     for (int64_t p = 0; p < pairs; ++p) {
-      step(p, [&](int64_t q, int r) TPX_BF16_TARGET { return ap[q * kChunkRows + r]; });
+      step(p, [&](int64_t q, int r) TPX_BF16_TARGET { return ap[q * chunk_rows + r]; });
     }
   }
   // C (or a bf16 C's running sums) as `stage` says, each case one loop
@@ -519,7 +526,7 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
   struct Slice {
     int64_t g0, g1, p0, pairs;
   };
-  const int64_t group_panels = pr.GroupPanels();
+  const int64_t group_panels = pr.GroupPanels(), chunk_blocks = pr.ChunkBlocks();
   auto slice_at = [&](int64_t g0, int64_t p0) {
     return Slice{g0, std::min(panels, g0 + group_panels), p0, std::min(pr.slice_pairs, pairs - p0)};
   };
@@ -536,8 +543,8 @@ void RunProduct(const Product& pr, uint32_t* bp, uint32_t* ap) {
       stage = Stage::kOnly;
     }
     const int64_t whole = WholePairs(pr, sl.p0, sl.pairs);
-    for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-      const int64_t r0 = b0 * kMr, row_end = std::min(pr.m, (b0 + kChunkBlocks) * kMr);
+    for (int64_t b0 = 0; b0 < blocks; b0 += chunk_blocks) {
+      const int64_t r0 = b0 * kMr, row_end = std::min(pr.m, (b0 + chunk_blocks) * kMr);
       for (int64_t panel = sl.g0; panel < sl.g1; ++panel) {
         const int64_t c0 = panel * kPanel;
         uint32_t* const panel_bp = bp + (panel - sl.g0) * pr.PanelStride();
@@ -737,7 +744,7 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
   // Per thread: a B slice, a transposed A's slice and the sums, in words;
   // every piece a whole number of cache lines.
   const int64_t b_words = first.GroupPanels() * first.PanelStride();
-  const int64_t a_words = trans_a ? slice_pairs * kChunkRows : 0;
+  const int64_t a_words = trans_a ? slice_pairs * first.ChunkRows() : 0;
   // A bf16 C's running sums; with split_k also each later slice's sums.
   const int64_t mn_words = (m * n + 15) / 16 * 16;
   const int64_t sum_words = split_k || first.NeedsSums() ? mn_words : 0;

@@ -702,10 +702,11 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
 // A bf16 weight gradient whose C (over 2^18 values: 1 MiB in f32) is
 // larger than L2: the kernel then prefetches C's tiles and packs B slices as
 // wide as n, into f32 C (alpha, beta) and bf16 C (through f32 running
-// sums), at 1 and 2 threads, with padded leading dims. 1030 x 1030: 17
-// panels, the last of 6 columns, all of k (odd) in one slice, split by
-// rows; 130 x 2050: 33 panels, so wide that the slices are cut to 496
-// pairs (two, the last with one odd value), split by columns.
+// sums), in chunks of 96 rows of A (the last one partial), at 1 and 2
+// threads, with padded leading dims. 1030 x 1030: 17 panels, the last of 6
+// columns, all of k (odd) in one slice, split by rows; 130 x 2050: 33
+// panels, so wide that the slices are cut to 496 pairs (two, the last with
+// one odd value), split by columns.
 TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
   struct Size {
