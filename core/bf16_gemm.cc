@@ -26,7 +26,7 @@ namespace {
 //     panels of kPanel columns) in L2 or, for long slices, L3; for a
 //     transposed A and a C larger than L2, all of n (see Product::large_c);
 //   - a slice of a transposed A (a chunk of rows of op(A)) in L1 or, for
-//     long slices, L2; a plain A is read in place (its rows hold the
+//     long slices and wide chunks, L2; a plain A is read in place (its rows hold the
 //     k-pairs), which measured 1.04-1.13x oneDNN on products with k >= 512.
 // Slices are as long as SlicePairs allows (see kLongSlicePairs).
 // The first block that needs a panel of B or a chunk of A packs it while
@@ -41,7 +41,7 @@ namespace {
 // and a broadcast in the 32 zmm registers.
 constexpr int64_t kMr = 6;
 constexpr int64_t kPanel = 64;
-// The short slice: a transposed A's chunk of it fills L1 (48 KiB).
+// The short slice: 48 rows of a transposed A's chunk of it fill L1 (48 KiB).
 constexpr int64_t kSlicePairs = 256;
 // Every slice costs each block a fresh start (its B panel and A rows
 // streamed anew, its sums read and written). With A read in place, slices
@@ -61,6 +61,7 @@ constexpr int64_t kGroupPanels = 8;
 // 2048 x 2048 x 1024; even for a plain A, -2% to +2% for a small C).
 constexpr int64_t kChunkBlocks = 8;
 constexpr int64_t kWideChunkBlocks = 16;
+// A chunk's rows are a multiple of 16: each pair's packed line is aligned.
 static_assert(kChunkBlocks * kMr % 16 == 0 && kWideChunkBlocks * kMr % 16 == 0);
 
 // The zero-masking forms of the AVX-512 conversions and shifts: the plain
@@ -635,8 +636,8 @@ int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) 
   if (n <= kPanel) return kSlicePairs;
   int64_t most = kLongSlicePairs;
   if (large_c) {
-    const int64_t panel_words = (n + kPanel - 1) / kPanel * kPanel;
-    most = std::clamp<int64_t>(kMaxWideSliceWords / panel_words / 16 * 16, kSlicePairs, most);
+    const int64_t words_per_pair = (n + kPanel - 1) / kPanel * kPanel;  // of all the panels
+    most = std::clamp<int64_t>(kMaxWideSliceWords / words_per_pair / 16 * 16, kSlicePairs, most);
   }
   return std::clamp<int64_t>(pairs, kSlicePairs, most);
 }
