@@ -169,8 +169,10 @@ struct Product {
   // All of n only for a transposed A, whose chunks are packed once per
   // group: with A in place, groups of kGroupPanels ran as fast and bound
   // the buffer.
-  int64_t GroupPanels() const { return large_c && !a_rows ? Panels() : kGroupPanels; }
-  int64_t ChunkBlocks() const { return large_c && !a_rows ? kWideChunkBlocks : kChunkBlocks; }
+  int64_t GroupPanels() const { return WideBSlices() ? Panels() : kGroupPanels; }
+  int64_t ChunkBlocks() const { return WideBSlices() ? kWideChunkBlocks : kChunkBlocks; }
+  // A transposed A with a large C: each slice of B spans all of n.
+  bool WideBSlices() const { return large_c && !a_rows; }
   // Rows of a transposed A's chunk: words per pair of its packed slice.
   int64_t ChunkRows() const { return ChunkBlocks() * kMr; }
   bool NeedsSums() const { return c_bf16 && (Slices() > 1 || continues); }

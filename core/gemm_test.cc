@@ -712,6 +712,7 @@ TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
   struct Size {
     int64_t m, n, k;
   };
+  const int before = GemmThreads();
   for (Size sz : {Size{1030, 1030, 515}, Size{130, 2050, 1025}}) {
     const int64_t m = sz.m, n = sz.n, k = sz.k, lda = m + 3, ldb = n + 1, ldc = n + 2;
     std::vector<float> a = Random(k * lda, 110), b = Random(k * ldb, 111);
@@ -726,7 +727,6 @@ TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
         for (int64_t j = 0; j < n; ++j) ref[i * n + j] += av * b[p * ldb + j];
       }
     }
-    const int before = GemmThreads();
     for (int threads : {1, 2}) {
       SetGemmThreads(threads);
       for (DType c : {DType::kF32, DType::kBF16}) {
@@ -753,8 +753,8 @@ TEST(GemmTest, TransposedABf16WithCLargerThanL2MatchesReference) {
         }
       }
     }
-    SetGemmThreads(before);
   }
+  SetGemmThreads(before);
 }
 
 // f32 products of 2^30 multiply-adds and more take oneDNN's GEMM driver in
