@@ -611,28 +611,45 @@ Product Part(const Product& pr, int t, int nt) {
 // other operand, splitting k has each pack a 1/threads share of both and
 // costs one pass over C and the slices' sums. Since each panel and chunk is
 // packed by the block that first multiplies it, the duplicated packing
-// costs little while the operands stay in L2; measured at 2 threads, k
-// wins only for a C of at most 2k (and 8192) values with k >= 2048:
-// 32 x 32 (k 2048-4096) +4-14%, 64 x 64 and 100 x 32 (k 4096-8192) +5-10%,
-// 48 x 16 (k 16384) +22%; even at 64 x 64 (k 2048) and 128 x 128 or
-// 128 x 64 (k 4096-8192); rows or columns win for 128 x 64 (k 2048) +7%,
-// 96 x 96 +12%, 32 x 32 (k 1024) +5%. Every thread gets whole slices.
-bool SmallCLongReduction(int64_t m, int64_t n, int64_t k) {
-  constexpr int64_t kMinK = 2048, kMaxC = 8192;
-  return k >= kMinK && m * n <= std::min(kMaxC, 2 * k);
+// costs little while the operands stay in L2; measured at 2 threads in
+// 256-pair slices, k wins only for a C of at most 2k (and 8192) values
+// with k >= 2048 (a tiny C): 32 x 32 (k 2048-4096) +4-14%, 64 x 64 and
+// 100 x 32 (k 4096-8192) +5-10%, 48 x 16 (k 16384) +22%; even at 64 x 64
+// (k 2048) and 128 x 128 or 128 x 64 (k 4096-8192); rows or columns win
+// for 128 x 64 (k 2048) +7%, 96 x 96 +12%, 32 x 32 (k 1024) +5%. With a
+// transposed A, in two slices of half of k each (SplitSlicePairs), k also
+// wins up to 16384 values: 128 x 2048 x 128 and 128 x 2048 x 64 (the GPT
+// example's projection weight gradients) +3-16% and +3-19%, 128 x 4096 x
+// 128 +8-15%, within +-3% on one thread; at 192 x 128 to 384 x 128
+// (k 2048) rows still win by 2-7%. With a plain A, two slices lost:
+// 128 x 2048 x 128 and 128 x 2048 x 64 -7-12% with B plain, -2-4% on one
+// thread with B transposed. Every thread gets whole slices.
+constexpr int64_t kMinSplitK = 2048, kMaxTinyC = 8192, kMaxSplitC = 16384;
+bool TinyC(int64_t m, int64_t n, int64_t k) { return m * n <= std::min(kMaxTinyC, 2 * k); }
+bool SmallCLongReduction(bool trans_a, int64_t m, int64_t n, int64_t k) {
+  return k >= kMinSplitK && (TinyC(m, n, k) || (trans_a && m * n <= kMaxSplitC));
+}
+// k-pairs per slice of a small C's long reduction: kSlicePairs for a tiny
+// C (which as many threads as slices share), else half of k in whole
+// lines of 16 pairs (two slices for two threads: 256-pair slices gained
+// 128 x 2048 x 128 nothing on two threads and cost it 3-4% on one).
+int64_t SplitSlicePairs(int64_t m, int64_t n, int64_t k) {
+  if (TinyC(m, n, k)) return kSlicePairs;
+  const int64_t half = ((k + 1) / 2 + 1) / 2;
+  return std::clamp<int64_t>((half + 15) / 16 * 16, kSlicePairs, kLongSlicePairs);
 }
 // k-pairs per slice of a product of this shape: all of k, up to
-// kLongSlicePairs, but kSlicePairs where threads may split the reduction
-// (C's bits then do not depend on their number). A transposed A's slices
-// are never shorter than kSlicePairs: its buffers keep the sizes they were
+// kLongSlicePairs, but SplitSlicePairs where threads may split the
+// reduction (C's bits then do not depend on their number). A transposed
+// A's slices are never shorter than kSlicePairs: its buffers keep the sizes they were
 // measured with for short k (cut to attention's dV's 64 pairs, they ran it
 // 12-15% slower on two threads; cause unmeasured). Nor are they longer
 // where C has one panel, whose blocks alone read each chunk of A: 128 x
-// 2048 x 64 ran 2-4% slower on two threads with one long slice (even on
-// one), 128 x 2048 x 128 even. Where a slice of B spans all of n,
-// kMaxWideSliceWords bounds it.
+// 2048 x 64, split by rows, ran 2-4% slower on two threads with one long
+// slice (even on one), 128 x 2048 x 128 even. Where a slice of B spans all
+// of n, kMaxWideSliceWords bounds it.
 int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) {
-  if (SmallCLongReduction(m, n, k)) return kSlicePairs;
+  if (SmallCLongReduction(trans_a, m, n, k)) return SplitSlicePairs(m, n, k);
   const int64_t pairs = (k + 1) / 2;
   if (!trans_a) return std::clamp<int64_t>(pairs, 1, kLongSlicePairs);
   if (n <= kPanel) return kSlicePairs;
@@ -645,7 +662,8 @@ int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) 
 }
 
 bool SplitReduction(const Product& pr, int threads) {
-  return threads >= 2 && pr.Slices() >= threads && SmallCLongReduction(pr.m, pr.n, pr.k);
+  return threads >= 2 && pr.Slices() >= threads &&
+         SmallCLongReduction(!pr.a_rows, pr.m, pr.n, pr.k);
 }
 
 // Thread t's first slice when nt threads share `slices`.

@@ -502,11 +502,12 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 // kernel for bf16 where the CPU has it (core/bf16_gemm.h). Sizes off its
 // 6-row blocks (12-row ones for C of 17 to 32 columns, 16-row ones for at
 // most 16; remainders split into two smaller blocks, as 128 and 57 rows
-// have), 48-row chunks, 64-column panels, k in one slice and in two (4097:
-// an odd last pair alone in its slice), C wider than tall (split by panels
+// have), 48-row chunks, 64-column panels, k in one slice and in two (130 x
+// 130, k 4097: an odd last pair alone in its slice), C wider than tall (split by panels
 // between threads) and taller than wide (split by rows), a long reduction
 // with a small C (in 256-pair slices split between threads, odd k too, at
-// 2 and 3 threads), odd k, padded leading dims,
+// 2 and 3 threads; 130 x 70, k 4097: in two slices of 1040 and 1009
+// pairs, split by k at 2 threads and by rows at 3), odd k, padded leading dims,
 // alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 to 3 threads.
 // f32 products of at least 96 x 192 go to two threads as two ranges of C's
 // rows (213 x 131) or columns (131 x 250), each one call of the driver.
@@ -515,11 +516,12 @@ TEST(GemmTest, TransposedAMatchesReference) {
   struct Size {
     int64_t m, n, k;
   };
-  const std::vector<Size> sizes = {
-      Size{1, 1, 1},      Size{70, 13, 301},   Size{45, 37, 77},   Size{130, 100, 600},
-      Size{256, 64, 512}, Size{20, 17, 2101},  Size{37, 45, 77},   Size{64, 200, 600},
-      Size{13, 130, 77},  Size{100, 32, 130},  Size{128, 96, 130}, Size{57, 48, 40},
-      Size{40, 24, 4096}, Size{213, 131, 300}, Size{131, 250, 77}, Size{130, 70, 4097}};
+  const std::vector<Size> sizes = {Size{1, 1, 1},       Size{70, 13, 301},   Size{45, 37, 77},
+                                   Size{130, 100, 600}, Size{256, 64, 512},  Size{20, 17, 2101},
+                                   Size{37, 45, 77},    Size{64, 200, 600},  Size{13, 130, 77},
+                                   Size{100, 32, 130},  Size{128, 96, 130},  Size{57, 48, 40},
+                                   Size{40, 24, 4096},  Size{213, 131, 300}, Size{131, 250, 77},
+                                   Size{130, 70, 4097}, Size{130, 130, 4097}};
   for (int threads : {1, 2, 3}) {
     SetGemmThreads(threads);
     for (DType ab : {DType::kF32, DType::kBF16}) {
@@ -658,7 +660,8 @@ TEST(GemmTest, PlainABf16OddKReadsNothingPastTheRows) {
 // Weight gradients in bf16 (A stored transposed) on CPUs with AVX-512 BF16
 // give the same bits at 1, 2 and 3 threads, so training does not depend on
 // the thread count: also where a long reduction is split by k between the
-// threads (these sizes; odd k, f32 and bf16 C, alpha and beta). So do the
+// threads (these sizes, in 256-pair slices or, 100 x 150 and 128 x 128,
+// two of half of k; odd k, f32 and bf16 C, alpha and beta). So do the
 // products of a plain A on the same kernel, B plain or transposed, in
 // their longer slices too (k 4500: two).
 TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
@@ -668,7 +671,7 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
     int64_t m, n, k;
   };
   for (Size sz : {Size{20, 17, 2101}, Size{40, 24, 4096}, Size{130, 100, 600}, Size{64, 200, 600},
-                  Size{128, 128, 2048}, Size{100, 100, 4500}}) {
+                  Size{128, 128, 2048}, Size{100, 100, 4500}, Size{100, 150, 2101}}) {
     for (auto [ta, tb] :
          {std::pair(true, false), std::pair(false, false), std::pair(false, true)}) {
       const int64_t lda = (ta ? sz.m : sz.k) + 1, ldb = (tb ? sz.k : sz.n) + 2, ldc = sz.n + 3;
