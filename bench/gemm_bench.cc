@@ -19,10 +19,18 @@
 // the OpenBLAS baseline is always f32. After the cases of a thread count,
 // per dtype, the one furthest below the peak (the goal is >= 0.9 on all):
 //   {"bench":"gemm_min","threads":1,"dtype":"f32","case":..,"tpx_frac_of_peak":..}
+// At more than one thread, a tpx line also gives what the cores attain
+// without splitting the product: each thread multiplies its own copy of
+// the operands on its own, all at once ("concurrent_frac_of_peak": their
+// flops together over the peak), and tpx's split against that
+// ("split_vs_concurrent"). On a shared host the cores' caches and memory
+// are shared too, so this, not the FMA peak (which touches no memory),
+// separates what the split costs from what running every core costs.
 // Each figure is the best of 7 to 300 timed repetitions (until 0.1 s of
 // them) after one warm-up, as the peak is: on a shared host the best case
 // is the one that compares (a median measures the neighbours).
 #include <cblas.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,8 +43,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/fma_peak.h"
@@ -173,6 +181,15 @@ Shape Stored(int64_t batch, int64_t rows, int64_t cols, bool trans) {
   return s;
 }
 
+// C = op(A) op(B) for the case, exiting on an error.
+void MultiplyOrExit(const Tensor& a, const Tensor& b, const Case& c) {
+  absl::StatusOr<Tensor> out = ops::Matmul(a, b, c.trans_a, c.trans_b);
+  if (!out.ok()) {
+    std::fprintf(stderr, "Matmul failed: %s\n", out.status().ToString().c_str());
+    std::exit(1);
+  }
+}
+
 bool IsDecode(const Case& c) { return std::string(c.group) == "decode"; }
 
 // Whether --cases names the case or its group ("all": every group but
@@ -238,11 +255,19 @@ int Main() {
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         Tensor ta = *a.To(dtype);
         Tensor tb = *b.To(dtype);
-        const double tpx = BestSeconds([&] {
-          absl::StatusOr<Tensor> out = ops::Matmul(ta, tb, s.trans_a, s.trans_b);
-          if (!out.ok()) {
-            std::fprintf(stderr, "Matmul failed: %s\n", out.status().ToString().c_str());
-            std::exit(1);
+        const double tpx = BestSeconds([&] { MultiplyOrExit(ta, tb, s); });
+        // One copy of the operands per thread, for the concurrent products
+        // (inside a parallel region each Matmul runs on its calling thread).
+        std::vector<Tensor> own_a, own_b;
+        for (int t = 0; threads > 1 && t < threads; ++t) {
+          own_a.push_back(*ta.Clone());
+          own_b.push_back(*tb.Clone());
+        }
+        const double concurrent = threads == 1 ? 0.0 : BestSeconds([&] {
+#pragma omp parallel num_threads(threads)
+          {
+            const int t = omp_get_thread_num();
+            MultiplyOrExit(own_a[t], own_b[t], s);
           }
         });
         const double tpx_gflops = flops / tpx / 1e9;
@@ -259,6 +284,11 @@ int Main() {
             s.name, s.m, s.k, s.n, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.batch,
             threads, std::string(DTypeName(dtype)), tpx_gflops, blas_gflops,
             tpx_gflops / blas_gflops, peak_gflops, frac(tpx_gflops));
+        if (threads > 1) {
+          const double concurrent_gflops = threads * flops / concurrent / 1e9;
+          line += absl::StrFormat(",\"concurrent_frac_of_peak\":%.2f,\"split_vs_concurrent\":%.2f",
+                                  frac(concurrent_gflops), tpx_gflops / concurrent_gflops);
+        }
         if (dtype == DType::kF32) {
           tpx_f32_gflops = tpx_gflops;
           line += absl::StrFormat(",\"openblas_frac_of_peak\":%.2f,\"openblas_core\":\"%s\"",
