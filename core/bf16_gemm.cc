@@ -26,8 +26,9 @@ namespace {
 //     panels of kPanel columns) in L2 or, for long slices, L3; for a
 //     transposed A and a C larger than L2, all of n (see Product::large_c);
 //   - a slice of a transposed A (a chunk of rows of op(A)) in L1 or, for
-//     long slices and wide chunks, L2; a plain A is read in place (its rows hold the
-//     k-pairs), which measured 1.04-1.13x oneDNN on products with k >= 512.
+//     long slices and wide chunks, L2; a plain A is read in place (its
+//     rows hold the k-pairs), which measured 1.04-1.13x oneDNN on products
+//     with k >= 512.
 // Slices are as long as SlicePairs allows (see kLongSlicePairs).
 // The first block that needs a panel of B or a chunk of A packs it while
 // it multiplies (the others read the packed copy): packing then overlaps
@@ -641,13 +642,13 @@ int64_t SplitSlicePairs(int64_t m, int64_t n, int64_t k) {
 // k-pairs per slice of a product of this shape: all of k, up to
 // kLongSlicePairs, but SplitSlicePairs where threads may split the
 // reduction (C's bits then do not depend on their number). A transposed
-// A's slices are never shorter than kSlicePairs: its buffers keep the sizes they were
-// measured with for short k (cut to attention's dV's 64 pairs, they ran it
-// 12-15% slower on two threads; cause unmeasured). Nor are they longer
-// where C has one panel, whose blocks alone read each chunk of A: 128 x
-// 2048 x 64, split by rows, ran 2-4% slower on two threads with one long
-// slice (even on one), 128 x 2048 x 128 even. Where a slice of B spans all
-// of n, kMaxWideSliceWords bounds it.
+// A's slices are never shorter than kSlicePairs: its buffers keep the
+// sizes they were measured with for short k (cut to attention's dV's 64
+// pairs, they ran it 12-15% slower on two threads; cause unmeasured). Nor
+// are they longer where C has one panel, whose blocks alone read each
+// chunk of A: 128 x 2048 x 64, split by rows, ran 2-4% slower on two
+// threads with one long slice (even on one), 128 x 2048 x 128 even. Where
+// a slice of B spans all of n, kMaxWideSliceWords bounds it.
 int64_t SlicePairs(bool trans_a, bool large_c, int64_t m, int64_t n, int64_t k) {
   if (SmallCLongReduction(trans_a, m, n, k)) return SplitSlicePairs(m, n, k);
   const int64_t pairs = (k + 1) / 2;

@@ -503,12 +503,13 @@ TEST(GemmTest, FewRowsMatchReferenceAndAreTheSameAtAnyThreadCount) {
 // 6-row blocks (12-row ones for C of 17 to 32 columns, 16-row ones for at
 // most 16; remainders split into two smaller blocks, as 128 and 57 rows
 // have), 48-row chunks, 64-column panels, k in one slice and in two (130 x
-// 130, k 4097: an odd last pair alone in its slice), C wider than tall (split by panels
-// between threads) and taller than wide (split by rows), a long reduction
-// with a small C (in 256-pair slices split between threads, odd k too, at
-// 2 and 3 threads; 130 x 70, k 4097: in two slices of 1040 and 1009
-// pairs, split by k at 2 threads and by rows at 3), odd k, padded leading dims,
-// alpha/beta, an unread C at beta 0, f32 and bf16 C, batches, 1 to 3 threads.
+// 130, k 4097: an odd last pair alone in its slice), C wider than tall
+// (split by panels between threads) and taller than wide (split by rows),
+// a long reduction with a small C (in 256-pair slices split between
+// threads, odd k too, at 2 and 3 threads; 130 x 70, k 4097: in two slices
+// of 1040 and 1009 pairs, split by k at 2 threads and by rows at 3), odd
+// k, padded leading dims, alpha/beta, an unread C at beta 0, f32 and bf16
+// C, batches, 1 to 3 threads.
 // f32 products of at least 96 x 192 go to two threads as two ranges of C's
 // rows (213 x 131) or columns (131 x 250), each one call of the driver.
 TEST(GemmTest, TransposedAMatchesReference) {
