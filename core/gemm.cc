@@ -251,7 +251,9 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   // wins from k = 512, B plain (2048 x 512 x 128 to 2048 x 2048 x 2048:
   // 1.01-1.13x on one thread, 1.04-1.12x on two) or transposed (forward
   // products, the MLP's of bench:tp_mlp: 1.01-1.13x and 1.02-1.18x); below,
-  // oneDNN's blocking does better on one thread (k = 64-128: 0.90-0.96x).
+  // it gains nothing over oneDNN's blocking on one thread (2048 rows with
+  // k = 64-256: B plain 1.00-1.01x, transposed 0.97-1.00x; attention's
+  // scores, k = 32, 0.87x).
   constexpr int64_t kMinPlainAK = 512;
   if ((trans_a && !trans_b) || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
   return ProductPath::kMatmul;
