@@ -20,15 +20,19 @@ constexpr int kChains = 16;
 // Short rounds (~1 ms on a 3.5 GHz AVX-512 core), many of them: on a
 // shared host a round that fits in one time slice measures the core alone.
 constexpr int64_t kIterations = 300'000;
+// Flops of one iteration of each chain (all kChains accumulators).
+constexpr double kAvx2Flops = 2.0 * 8 * kChains;
+constexpr double kAvx512Flops = 2.0 * 16 * kChains;
+constexpr double kAvx512Bf16Flops = 4.0 * 16 * kChains;
 constexpr int kRounds = 60;
 
 // Each kernel returns flops done; the sum of the accumulators is written to
 // `sink` so the chain cannot be removed.
-__attribute__((target("avx2,fma"))) double ChainAvx2(float* sink) {
+__attribute__((target("avx2,fma"))) double ChainAvx2(float* sink, int64_t iterations) {
   __m256 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (int64_t it = 0; it < kIterations; ++it) {
+  for (int64_t it = 0; it < iterations; ++it) {
 #pragma GCC unroll 16
     for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
   }
@@ -37,14 +41,14 @@ __attribute__((target("avx2,fma"))) double ChainAvx2(float* sink) {
   alignas(32) float out[8];
   _mm256_store_ps(out, s);
   *sink = out[0];
-  return 2.0 * 8 * kChains * static_cast<double>(kIterations);
+  return kAvx2Flops * static_cast<double>(iterations);
 }
 
-__attribute__((target("avx512f"))) double ChainAvx512(float* sink) {
+__attribute__((target("avx512f"))) double ChainAvx512(float* sink, int64_t iterations) {
   __m512 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < kIterations; ++it) {
+  for (int64_t it = 0; it < iterations; ++it) {
 #pragma GCC unroll 16
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
   }
@@ -53,17 +57,18 @@ __attribute__((target("avx512f"))) double ChainAvx512(float* sink) {
   alignas(64) float out[16];
   _mm512_store_ps(out, s);
   *sink = out[0];
-  return 2.0 * 16 * kChains * static_cast<double>(kIterations);
+  return kAvx512Flops * static_cast<double>(iterations);
 }
 
 // vdpbf16ps: per f32 lane, two bf16 products added to the accumulator
 // (4 flops per lane per instruction).
-__attribute__((target("avx512f,avx512bf16"))) double ChainAvx512Bf16(float* sink) {
+__attribute__((target("avx512f,avx512bf16"))) double ChainAvx512Bf16(float* sink,
+                                                                     int64_t iterations) {
   __m512 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
   const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f));
   const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(1e-7f));
-  for (int64_t it = 0; it < kIterations; ++it) {
+  for (int64_t it = 0; it < iterations; ++it) {
 #pragma GCC unroll 16
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
   }
@@ -72,12 +77,12 @@ __attribute__((target("avx512f,avx512bf16"))) double ChainAvx512Bf16(float* sink
   alignas(64) float out[16];
   _mm512_store_ps(out, s);
   *sink = out[0];
-  return 4.0 * 16 * kChains * static_cast<double>(kIterations);
+  return kAvx512Bf16Flops * static_cast<double>(iterations);
 }
 
 // GFLOP/s of `threads` threads at once: each runs kRounds rounds of
 // `chain` and keeps its best round; the result sums the threads' bests.
-double BestGflops(double (*chain)(float*), int threads) {
+double BestGflops(double (*chain)(float*, int64_t), int threads) {
   std::vector<double> best(static_cast<size_t>(threads), 0.0);
   std::vector<float> sinks(static_cast<size_t>(threads) * 16);  // one cache line each
   std::vector<std::thread> pool;
@@ -85,7 +90,7 @@ double BestGflops(double (*chain)(float*), int threads) {
     pool.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
         const auto start = std::chrono::steady_clock::now();
-        const double flops = chain(&sinks[static_cast<size_t>(t) * 16]);
+        const double flops = chain(&sinks[static_cast<size_t>(t) * 16], kIterations);
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         best[t] = std::max(best[t], flops / s / 1e9);
@@ -124,6 +129,29 @@ FmaPeak MeasureFmaPeak(int threads) {
     }
   }
   return p;
+}
+
+double FmaChainRoundGflops(const FmaPeak& peak, int threads, bool bf16, double seconds) {
+  double (*chain)(float*, int64_t) = nullptr;
+  double flops_per_iteration = 0, peak_gflops = 0;
+  if (bf16 && peak.bf16_isa == "avx512_bf16") {
+    chain = &ChainAvx512Bf16;
+    flops_per_iteration = kAvx512Bf16Flops;
+    peak_gflops = peak.bf16_gflops;
+  } else if (!bf16 && peak.f32_isa != "none") {
+    chain = peak.f32_isa == "avx512" ? &ChainAvx512 : &ChainAvx2;
+    flops_per_iteration = peak.f32_isa == "avx512" ? kAvx512Flops : kAvx2Flops;
+    peak_gflops = peak.f32_gflops;
+  }
+  if (chain == nullptr) return 0;
+  const double per_thread = peak_gflops * 1e9 / std::max(threads, 1);
+  const int64_t iterations =
+      std::max<int64_t>(1000, static_cast<int64_t>(seconds * per_thread / flops_per_iteration));
+  alignas(64) float sink[16];
+  const auto start = std::chrono::steady_clock::now();
+  const double flops = chain(sink, iterations);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return flops / s / 1e9;
 }
 
 }  // namespace tpx::bench

@@ -25,6 +25,16 @@ struct FmaPeak {
 // result is the sum of those bests.
 FmaPeak MeasureFmaPeak(int threads);
 
+// One round of `peak`'s f32 (or bf16) chain on the calling thread, sized to
+// last about `seconds` at a `threads`-th of the peak; its GFLOP/s. The peak
+// is the best of ~1 ms rounds, and on a shared host a core does not keep
+// that rate for long: a computation of several milliseconds meets more of
+// the host (on a shared Zen 5 VM, a dependent add chain's best 7 ms round
+// ran 6% below its best 0.7 ms one). A benchmark of a long computation
+// compares it with rounds as long as its own, run beside it (the sustained
+// peak); 0 where `peak` has no such chain.
+double FmaChainRoundGflops(const FmaPeak& peak, int threads, bool bf16, double seconds);
+
 }  // namespace tpx::bench
 
 #endif  // TPX_BENCH_FMA_PEAK_H_
