@@ -214,6 +214,12 @@ enum Packs { kPacksNone = 0, kPacksA = 1, kPacksB = 2, kPacksBoth = 3, kAInPlace
 // A packing block packs its chunk of A this many pairs ahead of the pair
 // it multiplies: the broadcasts then read lines stored a while before, not
 // ones still in flight (attention's dV: 0.72 -> 0.75 of the peak).
+// Packing a transposed A costs the GPT example's weight gradients (n of
+// 64-128) 6-11% of their time (measured by skipping it), far more than its
+// instructions. None of these gained (0.93-1.03x): 12 pairs ahead,
+// prefetching the source rows 16 pairs ahead, shifts and blends in place of
+// vpermt2w, or the chunk's 16-row groups packed by the blocks that first
+// need them.
 constexpr int64_t kPackAhead = 4;
 
 // What one block multiplies and packs: its k-pairs and rows, the packed
