@@ -20,11 +20,11 @@ constexpr int kChains = 16;
 // Short rounds (~1 ms on a 3.5 GHz AVX-512 core), many of them: on a
 // shared host a round that fits in one time slice measures the core alone.
 constexpr int64_t kIterations = 300'000;
+constexpr int kRounds = 60;
 // Flops of one iteration of each chain (all kChains accumulators).
 constexpr double kAvx2Flops = 2.0 * 8 * kChains;
 constexpr double kAvx512Flops = 2.0 * 16 * kChains;
 constexpr double kAvx512Bf16Flops = 4.0 * 16 * kChains;
-constexpr int kRounds = 60;
 
 // Each kernel returns flops done; the sum of the accumulators is written to
 // `sink` so the chain cannot be removed.
