@@ -1,14 +1,16 @@
 // GEMM throughput of tpx::ops::Matmul versus a direct OpenBLAS cblas_sgemm,
 // both as a fraction of the core's measured FMA peak (bench/fma_peak.h).
 //
-//   bazel run -c opt //bench:gemm [-- --threads=1,2 --cases=gpt --openblas_core=auto|env]
+//   bazel run -c opt //bench:gemm [-- --threads=1,2 --cases=gpt --rounds=2
+//                                     --openblas_core=auto|env]
 //
-// First, per thread count, the peak:
+// First, per thread count, the peak (the best of its measurements, before
+// each round and after the last):
 //   {"bench":"fma_peak","threads":1,"f32_isa":"avx512","f32_gflops":..,
-//    "bf16_isa":"avx512_bf16","bf16_gflops":..}
+//    "bf16_isa":"avx512_bf16","bf16_gflops":..,"measurements":3}
 // then for each case, thread count and tpx dtype (f32, bf16):
 //   {"case":"mlp_fc1","shape":"2048x1024x4096","op":"NT","batch":1,"threads":1,
-//    "dtype":"f32","tpx_gflops":..,"openblas_gflops":..,"ratio":..,
+//    "rounds":2,"dtype":"f32","tpx_gflops":..,"openblas_gflops":..,"ratio":..,
 //    "peak_gflops":..,"tpx_frac_of_peak":..,"sustained_peak_gflops":..,
 //    "tpx_frac_of_sustained_peak":..,"openblas_frac_of_peak":..}
 // shape is MxKxN of C[M,N] = op(A)[M,K] op(B)[K,N]; op is N/T for A and B
@@ -37,7 +39,11 @@
 // separates what the split costs from what running every core costs.
 // Each figure is the best of 7 to 300 timed repetitions (until 0.1 s of
 // them) after one warm-up, as the peak is: on a shared host the best case
-// is the one that compares (a median measures the neighbours).
+// is the one that compares (a median measures the neighbours). The cases
+// run in --rounds rounds, one case after another in each, and a figure is
+// the best of its rounds: a round of all the cases takes a minute or two,
+// and a slow stretch of the host as long as one case's measurement then
+// marks no case on its own. Lines are printed after the last round.
 #include <cblas.h>
 #include <omp.h>
 #include <unistd.h>
@@ -66,6 +72,11 @@ ABSL_FLAG(std::string, openblas_core, "auto",
           "OpenBLAS kernels of the baseline: auto (OpenBLAS's choice for this CPU: the bench "
           "restarts itself without the host's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which "
           "OpenBLAS reads when it loads) or env (as the environment says).");
+ABSL_FLAG(int, rounds, 2,
+          "Rounds over all the selected cases per thread count, each figure the best of its "
+          "rounds: a stretch of a minute in which a shared host runs slow then sinks no case "
+          "(measured: attention's bf16 products at 0.63-0.67 of the peak in one run, 0.76-0.80 "
+          "in the next).");
 ABSL_FLAG(std::string, cases, "all",
           "Case groups: all, square, mlp (bench:tp_mlp sizes), gpt (bench:gpt sizes), gpt_tp2, "
           "decode (one to four rows; not in all); or case names (gpt_attn_dv,...).");
@@ -229,20 +240,105 @@ std::vector<int> ParseThreads() {
   return out;
 }
 
+// What a case measured, the best of its rounds: seconds per call (OpenBLAS;
+// tpx per dtype, f32 then bf16; at more than one thread, the concurrent
+// whole products) and the sustained peak in GFLOP/s.
+struct CaseTimes {
+  double blas = 0, tpx[2] = {0, 0}, concurrent[2] = {0, 0}, sustained_gflops[2] = {0, 0};
+};
+
+// A shorter time, where 0 is none yet.
+void TakeBest(double seconds, double* best) {
+  if (*best == 0 || seconds < *best) *best = seconds;
+}
+
+// One round of case s at `threads`, folded into *times.
+void MeasureCase(const Case& s, int threads, const bench::FmaPeak& peak, CaseTimes* times) {
+  Tensor a = Filled(Stored(s.batch, s.m, s.k, s.trans_a), DType::kF32, 1.0f);
+  Tensor b = Filled(Stored(s.batch, s.k, s.n, s.trans_b), DType::kF32, 0.5f);
+  std::vector<float> c(static_cast<size_t>(s.batch * s.m * s.n));
+  TakeBest(BestSeconds([&] {
+             const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+             for (int64_t i = 0; i < s.batch; ++i) {
+               cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
+                           s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
+                           a.data<float>() + i * s.m * s.k, lda, b.data<float>() + i * s.k * s.n,
+                           ldb, 0.0f, c.data() + i * s.m * s.n, s.n);
+             }
+           }),
+           &times->blas);
+  for (int d = 0; d < 2; ++d) {
+    const DType dtype = d == 0 ? DType::kF32 : DType::kBF16;
+    Tensor ta = *a.To(dtype);
+    Tensor tb = *b.To(dtype);
+    // The sustained peak: the FMA chain on every thread in rounds as
+    // long as tpx's repetitions, one after each (bench/fma_peak.h).
+    double& sustained_gflops = times->sustained_gflops[d];
+    const auto sustained_round = [&](double seconds) {
+      double gflops = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : gflops)
+      gflops += bench::FmaChainRoundGflops(peak, threads, dtype == DType::kBF16, seconds);
+      sustained_gflops = std::max(sustained_gflops, gflops);
+    };
+    TakeBest(BestSeconds([&] { MultiplyOrExit(ta, tb, s); }, sustained_round), &times->tpx[d]);
+    if (threads == 1) continue;
+    // One copy of the operands per thread, for the concurrent products
+    // (inside a parallel region each Matmul runs on its calling thread).
+    std::vector<Tensor> own_a, own_b;
+    for (int t = 0; t < threads; ++t) {
+      own_a.push_back(*ta.Clone());
+      own_b.push_back(*tb.Clone());
+    }
+    TakeBest(BestSeconds([&] {
+#pragma omp parallel num_threads(threads)
+               {
+                 const int t = omp_get_thread_num();
+                 MultiplyOrExit(own_a[t], own_b[t], s);
+               }
+             }),
+             &times->concurrent[d]);
+  }
+}
+
 int Main() {
   const std::string groups = absl::GetFlag(FLAGS_cases);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (rounds < 1) {
+    std::fprintf(stderr, "gemm bench: --rounds must be at least 1, not %d\n", rounds);
+    return 2;
+  }
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   std::fprintf(stderr, "gemm backend: %s; OPENBLAS_CORETYPE=%s\n",
                std::string(GemmBackendName()).c_str(), coretype ? coretype : "(unset)");
+  std::vector<const Case*> selected;
+  for (const Case& s : Cases()) {
+    if (Selected(groups, s)) selected.push_back(&s);
+  }
   for (int threads : ParseThreads()) {
-    const bench::FmaPeak peak = bench::MeasureFmaPeak(threads);
-    std::printf(
-        "{\"bench\":\"fma_peak\",\"threads\":%d,\"f32_isa\":\"%s\",\"f32_gflops\":%.1f,"
-        "\"bf16_isa\":\"%s\",\"bf16_gflops\":%.1f}\n",
-        threads, peak.f32_isa.c_str(), peak.f32_gflops, peak.bf16_isa.c_str(), peak.bf16_gflops);
-    std::fflush(stdout);
+    // The peak before each round and after the last, the best of each
+    // dtype's: a host that speeds up during the run is held to its faster
+    // rate.
+    bench::FmaPeak peak = bench::MeasureFmaPeak(threads);
+    auto remeasure_peak = [&] {
+      const bench::FmaPeak again = bench::MeasureFmaPeak(threads);
+      peak.f32_gflops = std::max(peak.f32_gflops, again.f32_gflops);
+      peak.bf16_gflops = std::max(peak.bf16_gflops, again.bf16_gflops);
+    };
     SetGemmThreads(threads);
     openblas_set_num_threads(threads);
+    std::vector<CaseTimes> times(selected.size());
+    for (int round = 0; round < rounds; ++round) {
+      if (round > 0) remeasure_peak();
+      for (size_t i = 0; i < selected.size(); ++i) {
+        MeasureCase(*selected[i], threads, peak, &times[i]);
+      }
+    }
+    remeasure_peak();
+    std::printf(
+        "{\"bench\":\"fma_peak\",\"threads\":%d,\"f32_isa\":\"%s\",\"f32_gflops\":%.1f,"
+        "\"bf16_isa\":\"%s\",\"bf16_gflops\":%.1f,\"measurements\":%d}\n",
+        threads, peak.f32_isa.c_str(), peak.f32_gflops, peak.bf16_isa.c_str(), peak.bf16_gflops,
+        rounds + 1);
     // Per dtype and yardstick (the peak, the sustained peak): the case
     // furthest below it.
     struct Worst {
@@ -253,81 +349,45 @@ int Main() {
       }
     };
     Worst worst[2], worst_sustained[2];
-    for (const Case& s : Cases()) {
-      if (!Selected(groups, s)) continue;
+    for (size_t i = 0; i < selected.size(); ++i) {
+      const Case& s = *selected[i];
+      const CaseTimes& t = times[i];
       const double flops = 2.0 * s.batch * s.m * s.n * s.k;
-      Tensor a = Filled(Stored(s.batch, s.m, s.k, s.trans_a), DType::kF32, 1.0f);
-      Tensor b = Filled(Stored(s.batch, s.k, s.n, s.trans_b), DType::kF32, 0.5f);
-      std::vector<float> c(static_cast<size_t>(s.batch * s.m * s.n));
-      const double blas = BestSeconds([&] {
-        const int64_t lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-        for (int64_t i = 0; i < s.batch; ++i) {
-          cblas_sgemm(CblasRowMajor, s.trans_a ? CblasTrans : CblasNoTrans,
-                      s.trans_b ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0f,
-                      a.data<float>() + i * s.m * s.k, lda, b.data<float>() + i * s.k * s.n, ldb,
-                      0.0f, c.data() + i * s.m * s.n, s.n);
-        }
-      });
-      const double blas_gflops = flops / blas / 1e9;
-      double tpx_f32_gflops = 0.0;
-      for (DType dtype : {DType::kF32, DType::kBF16}) {
-        Tensor ta = *a.To(dtype);
-        Tensor tb = *b.To(dtype);
-        // The sustained peak: the FMA chain on every thread in rounds as
-        // long as tpx's repetitions, one after each (bench/fma_peak.h).
-        double sustained_gflops = 0;
-        const auto sustained_round = [&](double seconds) {
-          double gflops = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : gflops)
-          gflops += bench::FmaChainRoundGflops(peak, threads, dtype == DType::kBF16, seconds);
-          sustained_gflops = std::max(sustained_gflops, gflops);
-        };
-        const double tpx = BestSeconds([&] { MultiplyOrExit(ta, tb, s); }, sustained_round);
-        // One copy of the operands per thread, for the concurrent products
-        // (inside a parallel region each Matmul runs on its calling thread).
-        std::vector<Tensor> own_a, own_b;
-        for (int t = 0; threads > 1 && t < threads; ++t) {
-          own_a.push_back(*ta.Clone());
-          own_b.push_back(*tb.Clone());
-        }
-        const double concurrent = threads == 1 ? 0.0 : BestSeconds([&] {
-#pragma omp parallel num_threads(threads)
-          {
-            const int t = omp_get_thread_num();
-            MultiplyOrExit(own_a[t], own_b[t], s);
-          }
-        });
-        const double tpx_gflops = flops / tpx / 1e9;
-        const double peak_gflops = dtype == DType::kF32 ? peak.f32_gflops : peak.bf16_gflops;
+      const double blas_gflops = flops / t.blas / 1e9;
+      for (int d = 0; d < 2; ++d) {
+        const DType dtype = d == 0 ? DType::kF32 : DType::kBF16;
+        const double tpx_gflops = flops / t.tpx[d] / 1e9;
+        const double peak_gflops = d == 0 ? peak.f32_gflops : peak.bf16_gflops;
         auto frac = [&](double g) { return peak_gflops > 0 ? g / peak_gflops : 0.0; };
-        const double sustained_frac = sustained_gflops > 0 ? tpx_gflops / sustained_gflops : 0.0;
+        const double sustained_frac =
+            t.sustained_gflops[d] > 0 ? tpx_gflops / t.sustained_gflops[d] : 0.0;
         if (!IsDecode(s)) {
-          worst[dtype == DType::kF32 ? 0 : 1].Take(s.name, frac(tpx_gflops));
-          worst_sustained[dtype == DType::kF32 ? 0 : 1].Take(s.name, sustained_frac);
+          worst[d].Take(s.name, frac(tpx_gflops));
+          worst_sustained[d].Take(s.name, sustained_frac);
         }
         std::string line = absl::StrFormat(
             "{\"case\":\"%s\",\"shape\":\"%dx%dx%d\",\"op\":\"%c%c\",\"batch\":%d,"
-            "\"threads\":%d,\"dtype\":\"%s\",\"tpx_gflops\":%.1f,\"openblas_gflops\":%.1f,"
-            "\"ratio\":%.2f,\"peak_gflops\":%.1f,\"tpx_frac_of_peak\":%.2f,"
-            "\"sustained_peak_gflops\":%.1f,\"tpx_frac_of_sustained_peak\":%.2f",
+            "\"threads\":%d,\"rounds\":%d,\"dtype\":\"%s\",\"tpx_gflops\":%.1f,"
+            "\"openblas_gflops\":%.1f,\"ratio\":%.2f,\"peak_gflops\":%.1f,"
+            "\"tpx_frac_of_peak\":%.2f,\"sustained_peak_gflops\":%.1f,"
+            "\"tpx_frac_of_sustained_peak\":%.2f",
             s.name, s.m, s.k, s.n, s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N', s.batch, threads,
-            std::string(DTypeName(dtype)), tpx_gflops, blas_gflops, tpx_gflops / blas_gflops,
-            peak_gflops, frac(tpx_gflops), sustained_gflops, sustained_frac);
+            rounds, std::string(DTypeName(dtype)), tpx_gflops, blas_gflops,
+            tpx_gflops / blas_gflops, peak_gflops, frac(tpx_gflops), t.sustained_gflops[d],
+            sustained_frac);
         if (threads > 1) {
-          const double concurrent_gflops = threads * flops / concurrent / 1e9;
+          const double concurrent_gflops = threads * flops / t.concurrent[d] / 1e9;
           line += absl::StrFormat(",\"concurrent_frac_of_peak\":%.2f,\"split_vs_concurrent\":%.2f",
                                   frac(concurrent_gflops), tpx_gflops / concurrent_gflops);
         }
-        if (dtype == DType::kF32) {
-          tpx_f32_gflops = tpx_gflops;
+        if (d == 0) {
           line += absl::StrFormat(",\"openblas_frac_of_peak\":%.2f,\"openblas_core\":\"%s\"",
                                   frac(blas_gflops), openblas_get_corename());
         } else {
           // The bf16 goal is relative to tpx's own f32 path.
-          line += absl::StrFormat(",\"vs_tpx_f32\":%.2f", tpx_gflops / tpx_f32_gflops);
+          line += absl::StrFormat(",\"vs_tpx_f32\":%.2f", t.tpx[0] / t.tpx[1]);
         }
         std::printf("%s}\n", line.c_str());
-        std::fflush(stdout);
       }
     }
     for (int d = 0; d < 2; ++d) {
