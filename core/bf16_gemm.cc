@@ -11,7 +11,6 @@
 #include "core/allocator.h"
 #include "core/cpu/transpose16x16.h"
 #include "core/cpu_features.h"
-#include "core/gemm.h"
 #include "core/lane_mask.h"
 
 namespace tpx {
@@ -769,7 +768,7 @@ absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int6
     pr.b_cols = trans_b;
     return pr;
   };
-  const int threads = omp_in_parallel() ? 1 : std::max(1, GemmThreads());
+  const int threads = omp_in_parallel() ? 1 : std::max(1, omp_get_max_threads());
   // Many products: each thread multiplies whole products; few: each product
   // is split into one part per thread. Either way a thread works alone with
   // its own buffers, without waiting on the others (which a shared host

@@ -73,6 +73,15 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
 void SetGemmThreads(int threads);
 int GemmThreads();
 
+// A product (a batch: all of it together) of fewer multiply-adds than this
+// runs on the calling thread alone, where starting and joining a team of
+// threads costs more than splitting it saves. Default 2^20; 0 splits every
+// product as the thread count allows (tests of the split paths use that).
+// Applies to all later calls from any thread. Results do not depend on it
+// where they do not depend on the thread count.
+void SetGemmMinTeamMacs(int64_t macs);
+int64_t GemmMinTeamMacs();
+
 // "onednn" — for logs and benchmarks.
 std::string_view GemmBackendName();
 

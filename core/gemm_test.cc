@@ -18,6 +18,16 @@
 namespace tpx {
 namespace {
 
+// The tests below reach the paths that split a product between threads
+// with small products: every product is split as the thread count allows
+// (SmallProductsRunWholeAtTheDefaultSize tests the default).
+class SplitEveryProduct : public ::testing::Environment {
+ public:
+  void SetUp() override { SetGemmMinTeamMacs(0); }
+};
+const ::testing::Environment* const kSplitEveryProduct =
+    ::testing::AddGlobalTestEnvironment(new SplitEveryProduct);
+
 // Row-major op(A) [m, k] @ op(B) [k, n] in double.
 std::vector<double> Reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
                               const std::vector<float>& a, int64_t lda,
@@ -891,6 +901,32 @@ TEST(GemmTest, TurnsOffDynamicTeams) {
   omp_set_dynamic(1);
   ExpectMatchesReference({.m = 300, .n = 90, .k = 50, .seed = 115}, kF32Tol);
   EXPECT_EQ(omp_get_dynamic(), 0);
+}
+
+// Below the default size (2^20 multiply-adds) a product runs whole on the
+// calling thread: on 2 threads, oneDNN's row ranges (f32 and bf16), its
+// batch ranges, tpx's bf16 kernel with A transposed (one product and a
+// batch) give the right products, and the calling thread's OpenMP setting
+// is the GEMM thread count again after each. Negative sizes read as 0.
+TEST(GemmTest, SmallProductsRunWholeAtTheDefaultSize) {
+  const int before = GemmThreads();
+  const int64_t before_macs = GemmMinTeamMacs();
+  SetGemmMinTeamMacs(-5);
+  EXPECT_EQ(GemmMinTeamMacs(), 0);
+  SetGemmMinTeamMacs(int64_t{1} << 20);
+  SetGemmThreads(2);
+  const std::vector<Product> products = {
+      {.m = 200, .n = 40, .k = 24, .pad_a = 3, .alpha = 1.5f, .beta = 0.25f, .seed = 120},
+      {.ab = DType::kBF16, .c = DType::kBF16, .tb = true, .m = 128, .n = 40, .k = 24, .seed = 121},
+      {.batch = 4, .m = 13, .n = 20, .k = 11, .gap_a = 5, .seed = 122},
+      {.ab = DType::kBF16, .ta = true, .m = 64, .n = 64, .k = 64, .seed = 123},
+      {.ab = DType::kBF16, .ta = true, .batch = 3, .m = 45, .n = 37, .k = 77, .seed = 124}};
+  for (const Product& p : products) {
+    ExpectMatchesReference(p, p.c == DType::kBF16 ? kBF16OutTol : kF32Tol);
+    EXPECT_EQ(omp_get_max_threads(), GemmThreads()) << "after seed " << p.seed;
+  }
+  SetGemmThreads(before);
+  SetGemmMinTeamMacs(before_macs);
 }
 
 TEST(GemmTest, ThreadSetting) {
