@@ -240,9 +240,12 @@ std::vector<int> ParseThreads() {
   return out;
 }
 
+// tpx's dtypes, in the order of CaseTimes' per-dtype figures.
+constexpr DType kDTypes[2] = {DType::kF32, DType::kBF16};
+
 // What a case measured, the best of its rounds: seconds per call (OpenBLAS;
-// tpx per dtype, f32 then bf16; at more than one thread, the concurrent
-// whole products) and the sustained peak in GFLOP/s.
+// tpx per dtype; at more than one thread, the concurrent whole products)
+// and the sustained peak in GFLOP/s.
 struct CaseTimes {
   double blas = 0, tpx[2] = {0, 0}, concurrent[2] = {0, 0}, sustained_gflops[2] = {0, 0};
 };
@@ -268,7 +271,7 @@ void MeasureCase(const Case& s, int threads, const bench::FmaPeak& peak, CaseTim
            }),
            &times->blas);
   for (int d = 0; d < 2; ++d) {
-    const DType dtype = d == 0 ? DType::kF32 : DType::kBF16;
+    const DType dtype = kDTypes[d];
     Tensor ta = *a.To(dtype);
     Tensor tb = *b.To(dtype);
     // The sustained peak: the FMA chain on every thread in rounds as
@@ -355,7 +358,7 @@ int Main() {
       const double flops = 2.0 * s.batch * s.m * s.n * s.k;
       const double blas_gflops = flops / t.blas / 1e9;
       for (int d = 0; d < 2; ++d) {
-        const DType dtype = d == 0 ? DType::kF32 : DType::kBF16;
+        const DType dtype = kDTypes[d];
         const double tpx_gflops = flops / t.tpx[d] / 1e9;
         const double peak_gflops = d == 0 ? peak.f32_gflops : peak.bf16_gflops;
         auto frac = [&](double g) { return peak_gflops > 0 ? g / peak_gflops : 0.0; };

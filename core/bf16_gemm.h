@@ -37,7 +37,8 @@ bool Bf16GemmApplies();
 // trans_b; only where Bf16GemmApplies.
 // Runs on the calling thread's OpenMP team size (omp_get_max_threads(),
 // which tpx::Gemm sets: GemmThreads(), or one for a small product); the
-// bits of C do not depend on the number of threads. Errors: no memory for the packed operands.
+// bits of C do not depend on the number of threads. Errors: no memory for
+// the packed operands.
 absl::Status Bf16Gemm(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
                       float alpha, const uint16_t* a, int64_t lda, int64_t stride_a,
                       const uint16_t* b, int64_t ldb, int64_t stride_b, float beta, DType c_dtype,
