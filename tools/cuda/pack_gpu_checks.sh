@@ -8,8 +8,10 @@
 #   # /usr/local, /opt or /usr/lib):
 #   mkdir checks && tar -xJf gpu_checks.tar.xz -C checks && checks/run_gpu_checks.sh [results_dir]
 #
-# run_gpu_checks.sh (tools/cuda/run_gpu_checks.sh) runs the tests, bench:cuda_ops and 200 GPT
-# steps in f32 and bf16 on cuda:0, and prints one line per test binary and the figures.
+# run_gpu_checks.sh (tools/cuda/run_gpu_checks.sh) runs the tests, bench:cuda_ops, 200 GPT
+# steps in f32 and bf16 on cuda:0 and, where python3 has torch with CUDA, the GPT example beside
+# its PyTorch peer (tools/cuda/gpt_vs_pytorch.sh), and prints one line per test binary and the
+# figures.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 archive=$(realpath -m "${1:-gpu_checks.tar.xz}")
@@ -43,6 +45,8 @@ find "$stage" -type f \( -perm -u+x -o -name '*.so*' \) -print0 |
 ucx_modules=$(dirname "$(ldconfig -p | awk '/libucp.so.0 / {print $NF; exit}')")/ucx
 cp -L "$ucx_modules"/libuct_*.so.0 "$stage/ucx/" 2>/dev/null || true
 
-cp tools/cuda/run_gpu_checks.sh "$stage/"
+cp tools/cuda/run_gpu_checks.sh tools/cuda/gpt_vs_pytorch.sh "$stage/"
+mkdir -p "$stage/peers"
+cp bench/peers/gpt_pytorch.py bench/peers/torch_peer.py "$stage/peers/"
 tar -C "$stage" -cf - . | xz -T0 -6 >"$archive"
 echo "packed $(wc -l <"$stage/targets.txt") targets into $archive ($(du -h "$archive" | cut -f1))"

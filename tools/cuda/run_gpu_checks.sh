@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs the checks packed by tools/cuda/pack_gpu_checks.sh on a GPU machine: every packed test
 # binary (the NCCL conformance cases only, at the world sizes the visible GPUs allow),
-# bench:cuda_ops, and the GPT example for 200 steps in f32 and bf16 on cuda:0.
+# bench:cuda_ops, the GPT example for 200 steps in f32 and bf16 on cuda:0 and, where python3 has
+# torch with CUDA, the example's throughput beside its PyTorch peer's (gpt_vs_pytorch.sh).
 #
 #   run_gpu_checks.sh [results_dir]     # default: ./gpu_check_results
 #
-# Writes tests.log, cuda_ops.jsonl, gpt_<dtype>.log and gpt_<dtype>.csv into results_dir and
-# prints a line per test binary (exit status, passed / failed / skipped counts), the failures'
-# names, the bench lines and the GPT runs' last lines. Exits 1 when a test binary failed.
+# Writes tests.log, cuda_ops.jsonl, gpt_<dtype>.log, gpt_<dtype>.csv and gpt_vs_pytorch.jsonl
+# (its runs' logs in gpt_vs_pytorch/) into results_dir and prints a line per test binary (exit
+# status, passed / failed / skipped counts), the failures' names, the bench lines and the GPT
+# runs' last lines. Exits 1 when a test binary failed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 results=$(realpath -m "${1:-gpu_check_results}")
@@ -61,4 +63,10 @@ for dtype in f32 bf16; do
     --csv="$results/gpt_$dtype.csv") >"$results/gpt_$dtype.log" 2>&1
   echo "gpt $dtype rc=$?: $(grep '^done' "$results/gpt_$dtype.log")"
 done
+
+if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  "$here/gpt_vs_pytorch.sh" "$here" "$results" | tee "$results/gpt_vs_pytorch.jsonl"
+else
+  echo "gpt vs pytorch: skipped (python3 has no torch with CUDA here)"
+fi
 exit "$failed"
