@@ -37,6 +37,10 @@ steady() {
 }
 
 for config in ${CONFIGS:-small large}; do
+  if [[ "$config" != small && "$config" != large ]]; then
+    echo "gpt_vs_pytorch.sh: unknown configuration '$config' in CONFIGS (small, large)" >&2
+    exit 2
+  fi
   declare -n flags=$config
   seq_len=$(printf '%s\n' "${flags[@]}" | sed -n 's/^--seq_len=//p')
   tokens=$((seq_len * 16))
