@@ -16,7 +16,7 @@ here=$1
 logs=$2/gpt_vs_pytorch
 mkdir -p "$logs"
 runfiles=$here/examples/gpt/train.runfiles
-# Model flags per configuration; every one trains on batches of 16 sequences.
+# Model flags per configuration.
 # shellcheck disable=SC2034  # read through the name reference below
 small=(--d_model=128 --n_heads=4 --n_layers=4 --d_ff=512 --seq_len=128 --batch=16)
 # shellcheck disable=SC2034
@@ -36,14 +36,16 @@ steady() {
           else printf "-1" }' "$2"
 }
 
+# The value of flag --$1 in the configuration that `flags` names.
+flag() { printf '%s\n' "${flags[@]}" | sed -n "s/^--$1=//p"; }
+
 for config in ${CONFIGS:-small large}; do
   if [[ "$config" != small && "$config" != large ]]; then
     echo "gpt_vs_pytorch.sh: unknown configuration '$config' in CONFIGS (small, large)" >&2
     exit 2
   fi
   declare -n flags=$config
-  seq_len=$(printf '%s\n' "${flags[@]}" | sed -n 's/^--seq_len=//p')
-  tokens=$((seq_len * 16))
+  tokens=$(($(flag seq_len) * $(flag batch)))  # a step's
   for dtype in f32 bf16; do
     log=$logs/tpx_${config}_$dtype.log
     (cd "$runfiles/tpx" && RUNFILES_DIR="$runfiles" timeout 150 ./examples/gpt/train --nproc=1 \
