@@ -58,6 +58,11 @@ void ApplyThreads() {
   if (omp_get_max_threads() != want) omp_set_num_threads(want);
 }
 
+// The threads a call made now runs its product on: ApplyThreads' setting
+// (or SmallProductOnOneThread's), and 1 inside a parallel region, where a
+// nested team has one thread.
+int CallThreads() { return omp_in_parallel() ? 1 : omp_get_max_threads(); }
+
 std::atomic<int64_t>& MinTeamMacsSetting() {
   static std::atomic<int64_t> macs{int64_t{1} << 20};
   return macs;
@@ -228,9 +233,7 @@ BoundMatmul& BoundMatmulFor(const MatmulKey& key) {
 
 absl::Status RunMatmul(MatmulKey key, const void* a, const void* b, void* c,
                        const void* bias = nullptr) {
-  // As ApplyThreads set it for this thread; 1 inside a parallel region,
-  // where a nested team has one thread.
-  key.threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  key.threads = CallThreads();
   try {
     BoundMatmul& mm = BoundMatmulFor(key);
     mm.a.set_data_handle(const_cast<void*>(a));
@@ -309,8 +312,10 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
 // twice as much per flop); and with its 2048-long sums, less accurate.
 enum class ProductPath { kMatmul, kSgemm, kBf16Kernel };
 
+// beta: C's factor on the path taken; threads: the team the product runs on
+// (CallThreads()).
 ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                           DType ab_dtype, DType c_dtype) {
+                           DType ab_dtype, DType c_dtype, float beta, int threads) {
   if (ab_dtype == DType::kF32 && c_dtype == DType::kF32) {
     constexpr int64_t kMinSgemmMacs = int64_t{1} << 30;
     const bool transposed_a = trans_a && !trans_b;
@@ -329,9 +334,21 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
   // products, the MLP's of bench:tp_mlp: 1.01-1.13x and 1.02-1.18x); below,
   // it gains nothing over oneDNN's blocking on one thread (2048 rows with
   // k = 64-256: B plain 1.00-1.01x, transposed 0.97-1.00x; attention's
-  // scores, k = 32, 0.87x).
+  // scores, k = 32, 0.87x). On two threads it also wins below k = 512 with
+  // B plain and C at most 128 wide (input gradients of layers with 128
+  // outputs, attention's P V): medians of 6 alternating bench:gemm runs
+  // 1.01-1.09x (2048 rows with k 64-384, 64 products of 128 x 128 x 32),
+  // where a wider C (256, 512 with k 128) was 0.97-0.99x and one thread
+  // 0.95-0.99x. With beta 0 the kernel and oneDNN give these products the
+  // same bits (one f32 sum per value over the k-pairs in order, then alpha),
+  // so results do not depend on the thread count; oneDNN adds beta * C to a
+  // padded or batched f32 C with other roundings, so those stay with it.
   constexpr int64_t kMinPlainAK = 512;
+  constexpr int64_t kMaxNarrowN = 128;
   if ((trans_a && !trans_b) || k >= kMinPlainAK) return ProductPath::kBf16Kernel;
+  if (!trans_a && !trans_b && n <= kMaxNarrowN && beta == 0.0f && threads > 1) {
+    return ProductPath::kBf16Kernel;
+  }
   return ProductPath::kMatmul;
 }
 
@@ -424,7 +441,7 @@ absl::Status RunMatmulParts(int threads, const void* bias, PartFn part) {
 // One 2-D product through oneDNN's matmul, as row ranges where SplitsRows.
 absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b, void* c,
                               const void* bias = nullptr) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = CallThreads();
   if (!SplitsRows(key.m, key.n, key.k, threads)) return RunMatmul(key, a, b, c, bias);
   const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
   return RunMatmulParts(threads, bias, [&](int t, int nt) {
@@ -456,7 +473,7 @@ absl::Status Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 absl::Status SgemmProduct(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                           float* c, int64_t ldc) {
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = CallThreads();
   if (!SplitsSgemm(m, n, k, threads)) {
     return Sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
@@ -560,7 +577,7 @@ absl::Status Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
                  static_cast<const float*>(b), ldb, 0, static_cast<float*>(c), ldc, 0);
     return absl::OkStatus();
   }
-  switch (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype)) {
+  switch (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype, beta, CallThreads())) {
     case ProductPath::kSgemm:
       return SgemmProduct(trans_a, trans_b, m, n, k, alpha, static_cast<const float*>(a), lda,
                           static_cast<const float*>(b), ldb, beta, static_cast<float*>(c), ldc);
@@ -599,7 +616,8 @@ absl::Status GemmBias(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
     FewRowsGemm(ab_dtype, ab_dtype, trans_b, 1, m, n, k, a, lda, 0, b, ldb, 0, c, ldc, 0, bias);
     return absl::OkStatus();
   }
-  if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, ab_dtype) == ProductPath::kBf16Kernel) {
+  if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, ab_dtype, /*beta=*/1.0f, CallThreads()) ==
+      ProductPath::kBf16Kernel) {
     // C starts as the bias and the kernel adds the product to it (beta 1):
     // one rounding to bf16, as the fused bias has.
     seed_rows_with_bias();
@@ -654,14 +672,15 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
     return absl::OkStatus();
   }
   // Batches of f32 products stay on the primitive (one call for all).
-  if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype) == ProductPath::kBf16Kernel) {
+  if (ProductPathFor(trans_a, trans_b, m, n, k, ab_dtype, c_dtype, beta, CallThreads()) ==
+      ProductPath::kBf16Kernel) {
     return Bf16Gemm(trans_a, trans_b, batch, m, n, k, alpha, static_cast<const uint16_t*>(a), lda,
                     stride_a, static_cast<const uint16_t*>(b), ldb, stride_b, beta, c_dtype, c, ldc,
                     stride_c);
   }
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int threads = CallThreads();
   if (!SplitsBatch(batch, threads)) return RunMatmul(key, a, b, c);
   // Each thread runs a one-thread primitive over its own range of products.
   const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);

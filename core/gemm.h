@@ -20,7 +20,9 @@
 // mid-sized ones as two one-thread calls on halves of C), bf16 through a
 // packed AVX-512 BF16 kernel where the CPU has one (core/bf16_gemm.h),
 // which also takes bf16 products of a plain A and B with k >= 512 (input
-// gradients dY W among them). Every kernel picks its ISA at run time.
+// gradients dY W among them) and, on two or more threads, those with a
+// narrower k, C at most 128 wide and beta 0 (the same bits as oneDNN's).
+// Every kernel picks its ISA at run time.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's
 // output is written once instead of seeded with the bias and read back.
