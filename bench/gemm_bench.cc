@@ -21,9 +21,13 @@
 // backward. bf16 lines compare against the bf16 peak and add "vs_tpx_f32";
 // the OpenBLAS baseline is always f32. After the cases of a thread count,
 // per dtype, the one furthest below the peak (the goal is >= 0.9 on all)
-// and the one furthest below the sustained peak:
+// and the one furthest below the sustained peak, and how many of the cases
+// reach 0.9 of each (at more than one thread also "concurrent_at_goal":
+// how many reach it when each thread multiplies its own whole copy, the
+// cases where the cores working at once leave room for the goal):
 //   {"bench":"gemm_min","threads":1,"dtype":"f32","case":..,"tpx_frac_of_peak":..,
-//    "sustained_case":..,"tpx_frac_of_sustained_peak":..}
+//    "sustained_case":..,"tpx_frac_of_sustained_peak":..,"cases":39,"at_goal":..,
+//    "at_goal_sustained":..}
 // The peak is the best of ~1 ms rounds of an FMA chain. The sustained peak
 // is the same chain's best round when the rounds are as long as tpx's
 // repetitions of the case and interleaved with them: a product that takes
@@ -50,6 +54,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -83,6 +88,9 @@ ABSL_FLAG(std::string, cases, "all",
 
 namespace tpx {
 namespace {
+
+// The goal: every case at >= this fraction of the peak.
+constexpr double kGoalFrac = 0.9;
 
 // Timed repetitions: at least kMinRepetitions, and more (up to
 // kMaxRepetitions) until kMinTimedSeconds have been timed. A product of a
@@ -342,16 +350,24 @@ int Main() {
         "\"bf16_isa\":\"%s\",\"bf16_gflops\":%.1f,\"measurements\":%d}\n",
         threads, peak.f32_isa.c_str(), peak.f32_gflops, peak.bf16_isa.c_str(), peak.bf16_gflops,
         rounds + 1);
-    // Per dtype and yardstick (the peak, the sustained peak): the case
-    // furthest below it.
-    struct Worst {
+    // Per dtype and yardstick (the peak, the sustained peak, the concurrent
+    // products against the peak): the case furthest below it, and how many
+    // cases reach the goal.
+    struct Tally {
       const char* name = nullptr;
       double frac = 0.0;
+      int at_goal = 0;
       void Take(const char* case_name, double case_frac) {
-        if (name == nullptr || case_frac < frac) *this = {case_name, case_frac};
+        if (name == nullptr || case_frac < frac) {
+          name = case_name;
+          frac = case_frac;
+        }
+        // As printed, to two decimals: a line that reads 0.90 counts.
+        if (std::round(case_frac * 100) >= kGoalFrac * 100) ++at_goal;
       }
     };
-    Worst worst[2], worst_sustained[2];
+    Tally of_peak[2], of_sustained[2], of_concurrent[2];
+    int cases = 0;
     for (size_t i = 0; i < selected.size(); ++i) {
       const Case& s = *selected[i];
       const CaseTimes& t = times[i];
@@ -364,9 +380,13 @@ int Main() {
         auto frac = [&](double g) { return peak_gflops > 0 ? g / peak_gflops : 0.0; };
         const double sustained_frac =
             t.sustained_gflops[d] > 0 ? tpx_gflops / t.sustained_gflops[d] : 0.0;
+        const double concurrent_gflops =
+            threads > 1 ? threads * flops / t.concurrent[d] / 1e9 : tpx_gflops;
         if (!IsDecode(s)) {
-          worst[d].Take(s.name, frac(tpx_gflops));
-          worst_sustained[d].Take(s.name, sustained_frac);
+          of_peak[d].Take(s.name, frac(tpx_gflops));
+          of_sustained[d].Take(s.name, sustained_frac);
+          of_concurrent[d].Take(s.name, frac(concurrent_gflops));
+          cases += d == 0;
         }
         std::string line = absl::StrFormat(
             "{\"case\":\"%s\",\"shape\":\"%dx%dx%d\",\"op\":\"%c%c\",\"batch\":%d,"
@@ -379,7 +399,6 @@ int Main() {
             tpx_gflops / blas_gflops, peak_gflops, frac(tpx_gflops), t.sustained_gflops[d],
             sustained_frac);
         if (threads > 1) {
-          const double concurrent_gflops = threads * flops / t.concurrent[d] / 1e9;
           line += absl::StrFormat(",\"concurrent_frac_of_peak\":%.2f,\"split_vs_concurrent\":%.2f",
                                   frac(concurrent_gflops), tpx_gflops / concurrent_gflops);
         }
@@ -394,13 +413,17 @@ int Main() {
       }
     }
     for (int d = 0; d < 2; ++d) {
-      if (worst[d].name == nullptr) continue;
-      std::printf(
+      if (of_peak[d].name == nullptr) continue;
+      std::string line = absl::StrFormat(
           "{\"bench\":\"gemm_min\",\"threads\":%d,\"dtype\":\"%s\",\"case\":\"%s\","
           "\"tpx_frac_of_peak\":%.2f,\"sustained_case\":\"%s\","
-          "\"tpx_frac_of_sustained_peak\":%.2f}\n",
-          threads, d == 0 ? "f32" : "bf16", worst[d].name, worst[d].frac, worst_sustained[d].name,
-          worst_sustained[d].frac);
+          "\"tpx_frac_of_sustained_peak\":%.2f,\"cases\":%d,\"at_goal\":%d,"
+          "\"at_goal_sustained\":%d",
+          threads, d == 0 ? "f32" : "bf16", of_peak[d].name, of_peak[d].frac, of_sustained[d].name,
+          of_sustained[d].frac, cases, of_peak[d].at_goal, of_sustained[d].at_goal);
+      if (threads > 1)
+        line += absl::StrFormat(",\"concurrent_at_goal\":%d", of_concurrent[d].at_goal);
+      std::printf("%s}\n", line.c_str());
     }
     std::fflush(stdout);
   }
