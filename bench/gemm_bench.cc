@@ -356,8 +356,9 @@ int Main() {
     struct Tally {
       const char* name = nullptr;
       double frac = 0.0;
-      int at_goal = 0;
+      int cases = 0, at_goal = 0;
       void Take(const char* case_name, double case_frac) {
+        ++cases;
         if (name == nullptr || case_frac < frac) {
           name = case_name;
           frac = case_frac;
@@ -367,7 +368,6 @@ int Main() {
       }
     };
     Tally of_peak[2], of_sustained[2], of_concurrent[2];
-    int cases = 0;
     for (size_t i = 0; i < selected.size(); ++i) {
       const Case& s = *selected[i];
       const CaseTimes& t = times[i];
@@ -386,7 +386,6 @@ int Main() {
           of_peak[d].Take(s.name, frac(tpx_gflops));
           of_sustained[d].Take(s.name, sustained_frac);
           of_concurrent[d].Take(s.name, frac(concurrent_gflops));
-          cases += d == 0;
         }
         std::string line = absl::StrFormat(
             "{\"case\":\"%s\",\"shape\":\"%dx%dx%d\",\"op\":\"%c%c\",\"batch\":%d,"
@@ -419,8 +418,9 @@ int Main() {
           "\"tpx_frac_of_peak\":%.2f,\"sustained_case\":\"%s\","
           "\"tpx_frac_of_sustained_peak\":%.2f,\"cases\":%d,\"at_goal\":%d,"
           "\"at_goal_sustained\":%d",
-          threads, d == 0 ? "f32" : "bf16", of_peak[d].name, of_peak[d].frac, of_sustained[d].name,
-          of_sustained[d].frac, cases, of_peak[d].at_goal, of_sustained[d].at_goal);
+          threads, std::string(DTypeName(kDTypes[d])), of_peak[d].name, of_peak[d].frac,
+          of_sustained[d].name, of_sustained[d].frac, of_peak[d].cases, of_peak[d].at_goal,
+          of_sustained[d].at_goal);
       if (threads > 1)
         line += absl::StrFormat(",\"concurrent_at_goal\":%d", of_concurrent[d].at_goal);
       std::printf("%s}\n", line.c_str());
