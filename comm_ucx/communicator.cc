@@ -1,23 +1,44 @@
 #include "comm_ucx/communicator.h"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <climits>
+#include <ctime>
 
 #include "comm_ucx/tunables.h"
 #include "core/host_load.h"
 
 namespace tpx::ucx {
 
+namespace {
+
+// Blocks while *word is 0, until woken or for at most `timeout` (null: no
+// limit); returns at once if *word is no longer 0.
+void FutexWaitWhileZero(std::atomic<uint32_t>* word, const timespec* timeout) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, 0, timeout, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace
+
 void OpState::Complete(Status status) {
   status_ = std::move(status);
-  done_.store(true, std::memory_order_seq_cst);
-  // A thread blocks on cv_ only after counting itself in sleepers_ and then
-  // looking at done_ under mu_: both sides sequentially consistent, either
-  // it sees done_ or this sees it. The usual waiter polls and never blocks.
+  done_.store(1, std::memory_order_seq_cst);
+  // A thread blocks only after counting itself in sleepers_ and then
+  // looking at done_, both sequentially consistent: either it sees done_
+  // or this sees it (and the kernel wakes it even if it has not blocked
+  // yet, since it blocks only while done_ is 0). The usual waiter polls
+  // and never blocks.
   if (sleepers_.load(std::memory_order_seq_cst) == 0) return;
-  { std::lock_guard<std::mutex> lock(mu_); }
-  cv_.notify_all();
+  FutexWakeAll(&done_);
 }
 
 bool OpState::WaitUntil(Clock::time_point deadline, bool forever) {
@@ -29,17 +50,25 @@ bool OpState::WaitUntil(Clock::time_point deadline, bool forever) {
     sched_yield();
   }
   if (done()) return true;
-  std::unique_lock<std::mutex> lock(mu_);
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  auto finished_now = [&] { return done_.load(std::memory_order_seq_cst); };
   bool finished = true;
-  if (forever) {
-    cv_.wait(lock, finished_now);
-  } else {
-    finished = cv_.wait_until(lock, deadline, finished_now);
+  while (done_.load(std::memory_order_seq_cst) == 0) {
+    if (forever) {
+      FutexWaitWhileZero(&done_, nullptr);
+      continue;
+    }
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) {
+      finished = false;
+      break;
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const timespec timeout{static_cast<time_t>(ns / 1000000000),
+                           static_cast<long>(ns % 1000000000)};
+    FutexWaitWhileZero(&done_, &timeout);
   }
   sleepers_.fetch_sub(1, std::memory_order_relaxed);
-  return finished;
+  return finished || done();
 }
 
 Status Communicator::Create(const tpx_comm_config_v1_t& config,
@@ -93,16 +122,14 @@ Communicator::~Communicator() {
   worker_->CloseEndpoints(Clock::now() + flush, /*force=*/!failed_.ok());
 }
 
-std::shared_ptr<OpState> Communicator::Post(const tpx_coll_args_v1_t& args) {
-  auto state = std::make_shared<OpState>();
+void Communicator::Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpState> state) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Queued{CollArgs::From(args, worker_->size()), state});
+    queue_.push_back(Queued{CollArgs::From(args, worker_->size()), std::move(state)});
     queued_.fetch_add(1, std::memory_order_release);
-    if (!executor_sleeping_) return state;
+    if (!executor_sleeping_) return;
   }
   cv_.notify_one();
-  return state;
 }
 
 void Communicator::Reject(const tpx_coll_args_v1_t& args, std::string reason) {
@@ -292,7 +319,7 @@ void Communicator::Drive(const OpState* target) {
     if (stopping_.load(std::memory_order_relaxed)) return;
     Queued op;
     if (PopQueued(&op)) {
-      Execute(std::move(op));
+      Execute(op);
       backoff.Reset();
       continue;
     }
@@ -317,7 +344,7 @@ void Communicator::Finish(Queued& op, Status status) {
   PollInFlight();
 }
 
-void Communicator::Execute(Queued op) {
+void Communicator::Execute(Queued& op) {
   running_.fetch_add(1, std::memory_order_release);
   struct Done {
     std::atomic<size_t>& running;

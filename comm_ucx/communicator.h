@@ -10,7 +10,8 @@
 //
 //   std::unique_ptr<Communicator> comm;
 //   Status s = Communicator::Create(config, &comm);
-//   std::shared_ptr<OpState> op = comm->Post(args);
+//   auto op = std::make_shared<OpState>();
+//   comm->Post(args, op);
 //   bool finished = comm->Wait(*op, /*timeout_ms=*/-1);
 //
 // After any operation fails the communicator is failed: later operations
@@ -29,6 +30,7 @@
 
 #include "comm/plugin_abi.h"
 #include "comm_ucx/collectives.h"
+#include "comm_ucx/fifo.h"
 #include "comm_ucx/p2p.h"
 #include "comm_ucx/status.h"
 #include "comm_ucx/ucx_worker.h"
@@ -37,9 +39,12 @@ namespace tpx::ucx {
 
 // Completion state of one posted operation; shared by the communicator and
 // the request handle so that either may go first. Thread-safe.
+// A blocked waiter sleeps on the done word itself (a futex): one is posted
+// per operation, and a mutex and condition variable would cost every
+// operation their set-up and tear-down for the rare waiter that blocks.
 class OpState {
  public:
-  bool done() const { return done_.load(std::memory_order_acquire); }
+  bool done() const { return done_.load(std::memory_order_acquire) != 0; }
   // Valid once done().
   const Status& status() const { return status_; }
   void Complete(Status status);
@@ -47,11 +52,9 @@ class OpState {
   bool WaitUntil(Clock::time_point deadline, bool forever);
 
  private:
-  std::atomic<bool> done_{false};
+  std::atomic<uint32_t> done_{0};  // 1 once complete; the futex word
   Status status_;
-  std::atomic<int> sleepers_{0};  // threads blocked (or about to) on cv_
-  std::mutex mu_;
-  std::condition_variable cv_;
+  std::atomic<int> sleepers_{0};  // threads blocked (or about to) on done_
 };
 
 class Communicator {
@@ -62,8 +65,10 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  // Queues an operation (the host has validated `args`).
-  std::shared_ptr<OpState> Post(const tpx_coll_args_v1_t& args);
+  // Queues an operation (the host has validated `args`), which completes
+  // `state`. The caller allocates the state, so that a request handle can
+  // hold it in the same allocation.
+  void Post(const tpx_coll_args_v1_t& args, std::shared_ptr<OpState> state);
   // Queues the collective `args` describes as rejected on this rank: it
   // takes its place in the sequence, and the peers' matching operation fails
   // with `reason` (abort_notices.h).
@@ -106,7 +111,7 @@ class Communicator {
   // `target` is done (or, for null, until no work is left or stop).
   void Drive(const OpState* target);
   bool PopQueued(Queued* out);
-  void Execute(Queued op);
+  void Execute(Queued& op);
   // Completes `op` with `status` in post order.
   void Finish(Queued& op, Status status);
   // Tests in-flight operations and reports finished ones in order; true if
@@ -121,7 +126,7 @@ class Communicator {
   // Guards queue_ and stop_; cv_ wakes the executor.
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Queued> queue_;
+  Fifo<Queued> queue_;
   std::atomic<size_t> queued_{0};
   bool stop_ = false;
   bool executor_sleeping_ = false;

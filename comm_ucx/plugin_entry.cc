@@ -14,11 +14,16 @@
 struct tpx_comm_s {
   std::unique_ptr<tpx::ucx::Communicator> comm;
 };
+// A request and its operation's state in one allocation (one per
+// operation): the communicator holds the state through a shared_ptr that
+// aliases the request, and the handle's own reference is `self`, dropped by
+// RequestFree, so that either may let go first.
 struct tpx_request_s {
   // The communicator outlives its requests' waits (the host waits before
   // destroying); once destroyed, every state is complete and it is unused.
-  tpx::ucx::Communicator* comm;
-  std::shared_ptr<tpx::ucx::OpState> state;
+  tpx::ucx::Communicator* comm = nullptr;
+  tpx::ucx::OpState state;
+  std::shared_ptr<tpx_request_s> self;
 };
 
 namespace tpx::ucx {
@@ -57,26 +62,35 @@ int CommDestroy(tpx_comm_t comm, tpx_error_t*) {
 }
 
 int Post(tpx_comm_t comm, const tpx_coll_args_v1_t* args, tpx_request_t* out, tpx_error_t*) {
-  *out = new tpx_request_s{comm->comm.get(), comm->comm->Post(*args)};
+  auto request = std::make_shared<tpx_request_s>();
+  tpx_request_s* r = request.get();
+  r->comm = comm->comm.get();
+  std::shared_ptr<tpx::ucx::OpState> state(request, &r->state);
+  r->self = std::move(request);
+  comm->comm->Post(*args, std::move(state));
+  *out = r;
   return TPX_OK;
 }
 
 int Test(tpx_request_t request, int* done, tpx_error_t* err) {
-  *done = request->state->done() ? 1 : 0;
-  return *done ? Report(request->state->status(), err) : TPX_OK;
+  *done = request->state.done() ? 1 : 0;
+  return *done ? Report(request->state.status(), err) : TPX_OK;
 }
 
 int Wait(tpx_request_t request, int64_t timeout_ms, tpx_error_t* err) {
-  if (!request->state->done() && !request->comm->Wait(*request->state, timeout_ms)) {
+  if (!request->state.done() && !request->comm->Wait(request->state, timeout_ms)) {
     return Report(Status::Error(TPX_ERR_DEADLINE_EXCEEDED,
                                 "ucx: operation still running after " +
                                     std::to_string(timeout_ms) + " ms of waiting"),
                   err);
   }
-  return Report(request->state->status(), err);
+  return Report(request->state.status(), err);
 }
 
-void RequestFree(tpx_request_t request) { delete request; }
+void RequestFree(tpx_request_t request) {
+  // Moved out first: the request may go with this last reference.
+  std::shared_ptr<tpx_request_s> handle = std::move(request->self);
+}
 
 int Reject(tpx_comm_t comm, const tpx_coll_args_v1_t* args, const char* reason, tpx_error_t*) {
   comm->comm->Reject(*args, reason != nullptr && reason[0] != '\0' ? reason : "rejected");
