@@ -5,6 +5,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "comm/launch_env.h"
 #include "gtest/gtest.h"
 
@@ -191,6 +193,25 @@ TEST(Init, SingleProcessWorldWithFakeBackend) {
   float x[2] = {1, 2}, y[2] = {};
   EXPECT_TRUE((*world)->AllReduce(x, y, 2, DType::kF32, ReduceOp::kSum).Wait().ok());
   EXPECT_EQ(y[1], 2.0f);
+}
+
+TEST(Init, BackendThatNeverFinishesTimesOutAtTwiceTheTimeout) {
+  setenv("TPX_COMM_PLUGIN_PATH",
+         (std::string(std::getenv("TEST_SRCDIR")) + "/tpx/comm/test_plugins").c_str(), 1);
+  InitOptions options = Options("fakestuck", LaunchEnv{});
+  options.timeout = absl::Milliseconds(200);
+  auto world = Init(options);
+  ASSERT_TRUE(world.ok()) << world.status();
+  float x[2] = {1, 2};
+  const absl::Time start = absl::Now();
+  const absl::Status s = (*world)->AllReduce(x, 2, DType::kF32, ReduceOp::kSum).Wait();
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("within 2x the communicator timeout"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("all_reduce"), std::string::npos) << s;
+  // Two of the backend's waits, not one and not forever.
+  EXPECT_GE(took, absl::Milliseconds(400));
+  EXPECT_LT(took, absl::Seconds(10));
 }
 
 TEST(Init, MissingBackendSaysWhatToDo) {

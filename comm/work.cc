@@ -34,18 +34,18 @@ absl::Status Work::WaitFor(absl::Duration timeout, bool* done) {
 }
 
 absl::Status Work::Wait() {
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (!state_->done && state_->impl->device_ordered()) {
-      // One poll reports a failure that is already known; otherwise the
-      // stream waits and the host goes on.
-      WaitLocked(absl::ZeroDuration());
-      if (state_->done) return state_->status;
-      return state_->impl->WaitOnStream();
-    }
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (!state_->done && state_->impl->device_ordered()) {
+    // One poll reports a failure that is already known; otherwise the
+    // stream waits and the host goes on.
+    WaitLocked(absl::ZeroDuration());
+    if (state_->done) return state_->status;
+    return state_->impl->WaitOnStream();
   }
-  bool done = false;
-  return WaitFor(absl::InfiniteDuration(), &done);
+  // A backend's unbounded wait always finishes (it bounds every operation
+  // by the communicator's timeout).
+  WaitLocked(absl::InfiniteDuration());
+  return state_->status;
 }
 
 absl::Status Work::Wait(absl::Duration timeout) {

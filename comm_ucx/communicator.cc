@@ -145,12 +145,18 @@ void Communicator::Reject(const tpx_coll_args_v1_t& args, std::string reason) {
 
 bool Communicator::Wait(OpState& op, int64_t timeout_ms) {
   const bool forever = timeout_ms < 0;
-  const auto deadline = forever ? Clock::time_point::max()
-                                : Clock::now() + std::chrono::milliseconds(timeout_ms);
   // Run the operations on this thread when nobody else is. An operation
   // cannot be interrupted, so only when the wait may last as long as the
   // communicator's own timeout.
   const bool may_drive = forever || timeout_ms >= timeout_ms_;
+  // Such a long wait only bounds a hang, and its start is read from the
+  // coarse clock, a fraction of the precise one's cost next to a small
+  // operation (a tick later, so that it never ends early); a shorter wait
+  // reads the precise clock.
+  const auto timeout = std::chrono::milliseconds(timeout_ms);
+  const auto deadline = forever     ? Clock::time_point::max()
+                        : may_drive ? CoarseNow() + CoarseTick() + timeout
+                                    : Clock::now() + timeout;
   while (!op.done()) {
     if (may_drive) {
       std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);

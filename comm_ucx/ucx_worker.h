@@ -51,6 +51,17 @@ inline Clock::time_point CoarseNow() {
       std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
+// How far CoarseNow() may be behind Clock::now(): its tick.
+inline Clock::duration CoarseTick() {
+  static const Clock::duration tick = [] {
+    timespec res{};
+    clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(res.tv_sec) +
+                                                       std::chrono::nanoseconds(res.tv_nsec));
+  }();
+  return tick;
+}
+
 // The process-wide UCP context, created on first use with this plugin's
 // defaults for settings the user did not set in the environment.
 Status GetContext(ucp_context_h* out);

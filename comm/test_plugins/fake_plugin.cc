@@ -3,13 +3,20 @@
 // a local copy. Exports tpx_fake_post_count() so tests can check that
 // rejected calls never reached the backend.
 //
-// Built three times: libtpx_comm_fake.so implements ABI version 1;
+// Built four times: libtpx_comm_fake.so implements ABI version 1;
 // libtpx_comm_fakev2.so (-DTPX_FAKE_V2) version 2 (rejections are accepted
 // and dropped); libtpx_comm_fakelog.so (-DTPX_FAKE_LOGS) version 3, logging
-// through the host's services at init and at comm_create.
+// through the host's services at init and at comm_create;
+// libtpx_comm_fakestuck.so (-DTPX_FAKE_STUCK) version 1 whose operations
+// never finish: wait() returns DEADLINE_EXCEEDED after its timeout and
+// test() says "not done", a backend breaking its promise to bound every
+// operation by the communicator's timeout.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "comm/plugin_abi.h"
 #include "comm/plugin_log.h"
@@ -89,11 +96,23 @@ int Post(tpx_comm_t, const tpx_coll_args_v1_t* a, tpx_request_t* out, tpx_error_
   return TPX_OK;
 }
 
+#if defined(TPX_FAKE_STUCK)
+int Test(tpx_request_t, int* done, tpx_error_t*) {
+  *done = 0;
+  return TPX_OK;
+}
+int Wait(tpx_request_t, int64_t timeout_ms, tpx_error_t* err) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)));
+  std::snprintf(err->message, sizeof(err->message), "fakestuck: still running");
+  return TPX_ERR_DEADLINE_EXCEEDED;
+}
+#else
 int Test(tpx_request_t r, int* done, tpx_error_t*) {
   *done = 1;
   return r->status;
 }
 int Wait(tpx_request_t r, int64_t, tpx_error_t*) { return r->status; }
+#endif
 void RequestFree(tpx_request_t r) { delete r; }
 
 #if defined(TPX_FAKE_LOGS)
@@ -116,6 +135,19 @@ const tpx_comm_plugin_v2_t kPlugin = {
     {tpx::plugin::Header<tpx_comm_plugin_v2_t>("fakev2", "fakev2-2"), &Init, &CommCreate,
      &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree},
     &Reject,
+};
+#elif defined(TPX_FAKE_STUCK)
+const tpx_comm_plugin_v1_t kPlugin = {
+    tpx::plugin::Header<tpx_comm_plugin_v1_t>("fakestuck", "fakestuck-1"),
+    &Init,
+    &CommCreate,
+    &CommSplit,
+    &CommDestroy,
+    &Post,
+    &Test,
+    &Wait,
+    nullptr,
+    &RequestFree,
 };
 #else
 const tpx_comm_plugin_v1_t kPlugin = {
