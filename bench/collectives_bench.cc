@@ -34,6 +34,13 @@
 // large blocks, to show what huge pages alone give it). The "huge_pages"
 // field of each line says which.
 //
+// The same loops also run through comm::Communicator, the public API that
+// layers and models call (validation, numbering, Work, the plugin host),
+// in ranks started by launch/local_job.h, in the same rounds (--api, one
+// host; not all_to_all): "impl":"tpx_api" lines, with "api_overhead_us",
+// their time minus the plugin ABI's, what tpx's host layer adds to each
+// operation.
+//
 // `bytes` is nccl-tests' size: the full buffer (all_reduce, broadcast),
 // the gathered output (all_gather), the scattered input (reduce_scatter) or
 // one rank's send buffer (all_to_all); busbw as nccl-tests defines it.
@@ -45,6 +52,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -59,9 +67,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "comm/communicator.h"
+#include "comm/init.h"
 #include "comm/plugin_abi.h"
 #include "comm_ucx/plugin_testutil.h"
 #include "core/allocator.h"
+#include "launch/local_job.h"
 #include "testing/emulated_hosts.h"
 
 ABSL_FLAG(int, nproc, 2, "Ranks (with --cross_host: split evenly over the 2 hosts).");
@@ -73,6 +84,9 @@ ABSL_FLAG(std::string, sizes, "4096,16384,65536,262144,1048576,4194304,16777216,
           "Sizes in bytes (see the header for what `bytes` means per op).");
 ABSL_FLAG(int64_t, max_bytes, 0, "Drops sizes above this (0: none).");
 ABSL_FLAG(bool, openmpi, true, "Measure the Open MPI peer in the same rounds.");
+ABSL_FLAG(bool, api, true,
+          "Also measure through comm::Communicator (tpx's public API) in the same rounds "
+          "(one host only).");
 ABSL_FLAG(std::string, dtype, "f32",
           "Element type of tpx's buffers: f32, or bf16 (reduced in f32 and rounded once; Open MPI "
           "has no bf16, so the peer is skipped).");
@@ -158,6 +172,28 @@ std::string RunOne(RankEnv& env, const std::string& op, int64_t bytes, float* se
   return RunOp(env, a);
 }
 
+// As RunOne, through comm::Communicator: the calls a layer makes.
+std::string RunOneThroughApi(tpx::comm::Communicator& c, const std::string& op, int64_t bytes,
+                             float* send, float* recv) {
+  const int n = c.size();
+  const tpx::DType dtype = BenchDType() == TPX_DTYPE_BF16 ? tpx::DType::kBF16 : tpx::DType::kF32;
+  const int64_t total = bytes / BenchElementSize();
+  using tpx::comm::ReduceOp;
+  absl::Status s;
+  if (op == "all_reduce") {
+    s = c.AllReduce(send, recv, total, dtype, ReduceOp::kSum).Wait();
+  } else if (op == "broadcast") {
+    s = c.Broadcast(recv, total, dtype, /*root=*/0).Wait();
+  } else if (op == "all_gather") {
+    s = c.AllGather(send, recv, total / n, dtype).Wait();
+  } else if (op == "reduce_scatter") {
+    s = c.ReduceScatter(send, recv, total / n, dtype, ReduceOp::kSum).Wait();
+  } else {
+    return op + " is not measured through the API";
+  }
+  return s.ok() ? "" : s.ToString();
+}
+
 // The bytes `op` of size `bytes` reads from its send buffer and writes to
 // its receive buffer on each of `n` ranks.
 std::pair<int64_t, int64_t> BufferBytes(const std::string& op, int64_t bytes, int n) {
@@ -197,27 +233,54 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// How a rank runs a barrier and one operation (op, bytes, send, recv):
+// through the plugin's C ABI or through comm::Communicator; "" or an error.
+struct Runner {
+  int world;
+  int rank;
+  std::function<std::string()> barrier;
+  std::function<std::string(const std::string&, int64_t, float*, float*)> one;
+};
+
+Runner PluginRunner(RankEnv& env, std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
+  counts.assign(env.world, 0);
+  displs.assign(env.world, 0);
+  return Runner{
+      env.world, env.rank, [&env] { return RunOp(env, MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32)); },
+      [&env, &counts, &displs](const std::string& op, int64_t bytes, float* send, float* recv) {
+        return RunOne(env, op, bytes, send, recv, counts, displs);
+      }};
+}
+
+Runner ApiRunner(tpx::comm::Communicator& c) {
+  return Runner{c.size(), c.rank(),
+                [&c]() -> std::string {
+                  absl::Status s = c.Barrier().Wait();
+                  return s.ok() ? "" : s.ToString();
+                },
+                [&c](const std::string& op, int64_t bytes, float* send, float* recv) {
+                  return RunOneThroughApi(c, op, bytes, send, recv);
+                }};
+}
+
 // Times every (op, size) on this rank; rank 0 writes "op bytes median_us
 // best_us" lines to `results`. The same loop as bench/peers/collectives_mpi.c.
-std::string MeasureRank(RankEnv& env, const std::vector<std::string>& ops,
+std::string MeasureRank(const Runner& run, const std::vector<std::string>& ops,
                         const std::vector<int64_t>& sizes, int reps, const std::string& results) {
-  std::vector<int64_t> counts(env.world), displs(env.world);
-  auto barrier = MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32);
   std::string lines;
   for (const std::string& op : ops) {
     for (int64_t bytes : sizes) {
       // Enough iterations per repetition to dwarf the clock and the barrier.
       const int iters = static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 500));
-      const auto [send_bytes, recv_bytes] = BufferBytes(op, bytes, env.world);
+      const auto [send_bytes, recv_bytes] = BufferBytes(op, bytes, run.world);
       TensorMemory send(send_bytes, 1.0f), recv(recv_bytes, 0.0f);
       if (send.data() == nullptr || recv.data() == nullptr) return "out of memory";
       std::vector<double> per_op_us;
       for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms up
-        if (std::string e = RunOp(env, barrier); !e.empty()) return e;
+        if (std::string e = run.barrier(); !e.empty()) return e;
         auto start = std::chrono::steady_clock::now();
         for (int it = 0; it < iters; ++it) {
-          if (std::string e = RunOne(env, op, bytes, send.data(), recv.data(), counts, displs);
-              !e.empty()) {
+          if (std::string e = run.one(op, bytes, send.data(), recv.data()); !e.empty()) {
             return op + ": " + e;
           }
         }
@@ -228,7 +291,7 @@ std::string MeasureRank(RankEnv& env, const std::vector<std::string>& ops,
                       *std::min_element(per_op_us.begin(), per_op_us.end()), "\n");
     }
   }
-  if (env.rank != 0) return "";
+  if (run.rank != 0) return "";
   FILE* f = std::fopen(results.c_str(), "w");
   if (f == nullptr) return "cannot write " + results;
   const bool written = std::fputs(lines.c_str(), f) >= 0;
@@ -312,8 +375,36 @@ std::string RunTpxRound(const Setup& s, Samples* out) {
   }
   std::string failure = tpx::ucx::testing::RunRanks(
       s.nproc,
-      [&](RankEnv& env) { return MeasureRank(env, s.ops, s.sizes, s.reps, results); }, options);
+      [&](RankEnv& env) {
+        std::vector<int64_t> counts, displs;
+        return MeasureRank(PluginRunner(env, counts, displs), s.ops, s.sizes, s.reps, results);
+      },
+      options);
   if (!failure.empty()) return failure;
+  if (!ParseTimes(ReadFile(results), out)) return "rank 0 reported no times";
+  return "";
+}
+
+bool ApiHasOp(const std::string& op) { return op != "all_to_all"; }
+
+// One round through comm::Communicator in ranks that launch/local_job.h
+// starts (the environment comm::Init reads); "" or why it failed.
+std::string RunApiRound(const Setup& s, Samples* out) {
+  const std::string results = s.dir + "/api_results";
+  std::vector<std::string> ops;
+  for (const std::string& op : s.ops) {
+    if (ApiHasOp(op)) ops.push_back(op);
+  }
+  if (ops.empty()) return "";
+  const int code = tpx::launch::RunLocalRanks(s.nproc, [&]() -> int {
+    absl::StatusOr<std::unique_ptr<tpx::comm::Communicator>> world = tpx::comm::Init();
+    std::string e = world.ok() ? MeasureRank(ApiRunner(**world), ops, s.sizes, s.reps, results)
+                               : world.status().ToString();
+    if (e.empty()) return 0;
+    std::fprintf(stderr, "collectives: api rank: %s\n", e.c_str());
+    return 1;
+  });
+  if (code != 0) return absl::StrCat("a rank exited with ", code);
   if (!ParseTimes(ReadFile(results), out)) return "rank 0 reported no times";
   return "";
 }
@@ -503,11 +594,22 @@ int main(int argc, char** argv) {
   } else {
     mpi_skipped = "--noopenmpi";
   }
-  Samples tpx_times, mpi_times;
+  bool api = absl::GetFlag(FLAGS_api);
+  if (api && cross_host) {
+    PrintSkipped("tpx_api", num_hosts, "the API series runs on one host");
+    api = false;
+  }
+  Samples tpx_times, mpi_times, api_times;
   for (int round = 0; round < rounds; ++round) {
     if (std::string e = RunTpxRound(s, &tpx_times); !e.empty()) {
       std::fprintf(stderr, "collectives: tpx round %d: %s\n", round, e.c_str());
       return 1;
+    }
+    if (api) {
+      if (std::string e = RunApiRound(s, &api_times); !e.empty()) {
+        std::fprintf(stderr, "collectives: tpx_api round %d: %s\n", round, e.c_str());
+        return 1;
+      }
     }
     if (mpi_binary.empty()) continue;
     if (std::string e = RunMpiRound(s, mpi_binary, &mpi_times); !e.empty()) {
@@ -531,15 +633,24 @@ int main(int argc, char** argv) {
             rounds, huge_pages ? "true" : "false");
       };
       const Times& tpx = tpx_times[key];
-      std::string tpx_line = line("tpx", tpx, tpx::GetCpuAllocator().huge_pages());
+      const bool huge_pages = tpx::GetCpuAllocator().huge_pages();
+      std::string tpx_line = line("tpx", tpx, huge_pages);
       auto mpi = mpi_times.find(key);
+      auto vs_openmpi = [&](const Times& t) {
+        return mpi == mpi_times.end()
+                   ? std::string()
+                   : absl::StrFormat(",\"vs_openmpi\":%.2f",
+                                     Median(mpi->second.medians) / Median(t.medians));
+      };
+      std::printf("%s%s}\n", tpx_line.c_str(), vs_openmpi(tpx).c_str());
       if (mpi != mpi_times.end()) {
-        absl::StrAppendFormat(&tpx_line, ",\"vs_openmpi\":%.2f",
-                              Median(mpi->second.medians) / Median(tpx.medians));
-        std::printf("%s}\n%s}\n", tpx_line.c_str(),
+        std::printf("%s}\n",
                     line("openmpi", mpi->second, absl::GetFlag(FLAGS_openmpi_huge_pages)).c_str());
-      } else {
-        std::printf("%s}\n", tpx_line.c_str());
+      }
+      if (auto a = api_times.find(key); a != api_times.end()) {
+        std::printf("%s%s,\"api_overhead_us\":%.2f}\n",
+                    line("tpx_api", a->second, huge_pages).c_str(), vs_openmpi(a->second).c_str(),
+                    Median(a->second.medians) - Median(tpx.medians));
       }
       std::fflush(stdout);
     }

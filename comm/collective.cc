@@ -44,7 +44,7 @@ bool HasRoot(CollectiveKind kind) {
 }
 
 namespace {
-int64_t Sum(const std::vector<int64_t>& v) {
+int64_t Sum(const PerRankCounts& v) {
   int64_t total = 0;
   for (int64_t x : v) total += x;
   return total;

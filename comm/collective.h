@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "core/device.h"
 #include "core/dtype.h"
@@ -46,6 +47,10 @@ inline bool IsPointToPoint(CollectiveKind kind) {
   return kind == CollectiveKind::kSend || kind == CollectiveKind::kRecv;
 }
 
+// Per-rank counts or displacements: inline up to 8 ranks, as a tensor-
+// parallel group usually is, so that a v-collective allocates nothing.
+using PerRankCounts = absl::InlinedVector<int64_t, 8>;
+
 // Field meanings follow tpx_coll_args_v1_t. Per-rank vectors are empty where
 // the operation does not use them. `name` is the user-facing op name for
 // messages (e.g. "all_gather" for an AllGather travelling as kAllGatherV).
@@ -59,7 +64,7 @@ struct CollectiveArgs {
   const void* send = nullptr;
   void* recv = nullptr;
   int64_t count = 0;
-  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  PerRankCounts send_counts, send_displs, recv_counts, recv_displs;
   // Elements the send/recv buffers hold, when known (tensor overloads); -1 =
   // unknown (raw pointers: the caller vouches for the size).
   int64_t send_capacity = -1;

@@ -14,11 +14,9 @@ namespace {
 
 using K = CollectiveKind;
 
-std::vector<int64_t> ToVector(absl::Span<const int64_t> v) { return {v.begin(), v.end()}; }
+PerRankCounts ToCounts(absl::Span<const int64_t> v) { return {v.begin(), v.end()}; }
 
-std::vector<int64_t> Uniform(int size, int64_t count) {
-  return std::vector<int64_t>(size, count);
-}
+PerRankCounts Uniform(int size, int64_t count) { return PerRankCounts(size, count); }
 
 CollectiveArgs Make(K kind, const char* name, DType dtype) {
   CollectiveArgs args;
@@ -91,8 +89,8 @@ CollectiveArgs MakeAllGatherV(const void* send, void* recv, Counts recv_counts,
   CollectiveArgs a = Make(K::kAllGatherV, "all_gather_v", dtype);
   a.send = send;
   a.recv = recv;
-  a.recv_counts = ToVector(recv_counts);
-  a.recv_displs = ToVector(recv_displs);
+  a.recv_counts = ToCounts(recv_counts);
+  a.recv_displs = ToCounts(recv_displs);
   return a;
 }
 
@@ -112,8 +110,8 @@ CollectiveArgs MakeReduceScatterV(const void* send, void* recv, Counts send_coun
   a.send = send;
   a.recv = recv;
   a.op = op;
-  a.send_counts = ToVector(send_counts);
-  a.send_displs = ToVector(send_displs);
+  a.send_counts = ToCounts(send_counts);
+  a.send_displs = ToCounts(send_displs);
   return a;
 }
 
@@ -147,8 +145,8 @@ CollectiveArgs MakeGatherV(const void* send, int64_t send_count, void* recv, Cou
   a.count = send_count;
   a.peer = root;
   if (rank == root) {
-    a.recv_counts = ToVector(recv_counts);
-    a.recv_displs = ToVector(recv_displs);
+    a.recv_counts = ToCounts(recv_counts);
+    a.recv_displs = ToCounts(recv_displs);
   }
   return a;
 }
@@ -161,8 +159,8 @@ CollectiveArgs MakeScatterV(const void* send, Counts send_counts, Counts send_di
   a.count = recv_count;
   a.peer = root;
   if (rank == root) {
-    a.send_counts = ToVector(send_counts);
-    a.send_displs = ToVector(send_displs);
+    a.send_counts = ToCounts(send_counts);
+    a.send_displs = ToCounts(send_displs);
   }
   return a;
 }
@@ -182,10 +180,10 @@ CollectiveArgs MakeAllToAllV(const void* send, Counts send_counts, Counts send_d
   CollectiveArgs a = Make(K::kAllToAllV, "all_to_all_v", dtype);
   a.send = send;
   a.recv = recv;
-  a.send_counts = ToVector(send_counts);
-  a.send_displs = ToVector(send_displs);
-  a.recv_counts = ToVector(recv_counts);
-  a.recv_displs = ToVector(recv_displs);
+  a.send_counts = ToCounts(send_counts);
+  a.send_displs = ToCounts(send_displs);
+  a.recv_counts = ToCounts(recv_counts);
+  a.recv_displs = ToCounts(recv_displs);
   return a;
 }
 

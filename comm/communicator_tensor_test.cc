@@ -68,8 +68,8 @@ TEST(CommunicatorTensor, TensorAndRawFormsPostTheSameLayout) {
   ASSERT_EQ(comm.posted.size(), 2u);
   for (const CollectiveArgs& a : comm.posted) {
     EXPECT_EQ(std::string(a.name), "all_gather");
-    EXPECT_EQ(a.recv_counts, (std::vector<int64_t>{8, 8, 8}));
-    EXPECT_EQ(a.recv_displs, (std::vector<int64_t>{0, 8, 16}));
+    EXPECT_EQ(a.recv_counts, (PerRankCounts{8, 8, 8}));
+    EXPECT_EQ(a.recv_displs, (PerRankCounts{0, 8, 16}));
     EXPECT_EQ(a.count, 8);  // this rank's own block, filled in by normalisation
     EXPECT_EQ(a.device, Device::CPU());
   }

@@ -37,7 +37,7 @@ class Checker {
   }
 
   // A per-rank count/displacement vector: `size` entries, each >= 0.
-  absl::Status PerRank(absl::string_view arg, const std::vector<int64_t>& v) const {
+  absl::Status PerRank(absl::string_view arg, const PerRankCounts& v) const {
     if (static_cast<int64_t>(v.size()) != size_) {
       return Error(absl::StrCat("argument '", arg, "' has ", v.size(),
                                 " entries; must have one per rank (", size_, ")"));
@@ -51,8 +51,8 @@ class Checker {
   }
 
   // Blocks of a layout that receives data must not overlap one another.
-  absl::Status NoOverlap(absl::string_view counts_arg, const std::vector<int64_t>& counts,
-                         const std::vector<int64_t>& displs) const {
+  absl::Status NoOverlap(absl::string_view counts_arg, const PerRankCounts& counts,
+                         const PerRankCounts& displs) const {
     std::vector<std::pair<int64_t, int>> starts;
     for (int r = 0; r < size_; ++r) {
       if (counts[r] > 0) starts.push_back({displs[r], r});
@@ -103,7 +103,7 @@ class Checker {
   int size_;
 };
 
-int64_t Extent(const std::vector<int64_t>& counts, const std::vector<int64_t>& displs) {
+int64_t Extent(const PerRankCounts& counts, const PerRankCounts& displs) {
   int64_t extent = 0;
   for (size_t r = 0; r < counts.size() && r < displs.size(); ++r) {
     if (counts[r] > 0) extent = std::max(extent, displs[r] + counts[r]);
@@ -111,7 +111,7 @@ int64_t Extent(const std::vector<int64_t>& counts, const std::vector<int64_t>& d
   return extent;
 }
 
-void Pack(const std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
+void Pack(const PerRankCounts& counts, PerRankCounts& displs) {
   if (!displs.empty() || counts.empty()) return;
   displs.resize(counts.size());
   int64_t offset = 0;

@@ -187,7 +187,7 @@ class PluginWork : public WorkImpl {
 // What every rank must agree on for one collective (TPX_COMM_DEBUG).
 constexpr int kDescriptorLen = 6;
 
-uint64_t HashCounts(const std::vector<int64_t>& v) {
+uint64_t HashCounts(const PerRankCounts& v) {
   uint64_t h = 1469598103934665603ull;
   for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
   return h;
