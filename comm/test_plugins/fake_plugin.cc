@@ -136,24 +136,20 @@ const tpx_comm_plugin_v2_t kPlugin = {
      &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree},
     &Reject,
 };
-#elif defined(TPX_FAKE_STUCK)
-const tpx_comm_plugin_v1_t kPlugin = {
-    tpx::plugin::Header<tpx_comm_plugin_v1_t>("fakestuck", "fakestuck-1"),
-    &Init,
-    &CommCreate,
-    &CommSplit,
-    &CommDestroy,
-    &Post,
-    &Test,
-    &Wait,
-    nullptr,
-    &RequestFree,
-};
 #else
+#if defined(TPX_FAKE_STUCK)
+constexpr const char* kName = "fakestuck";
+constexpr const char* kVersion = "fakestuck-1";
+#else
+constexpr const char* kName = "fake";
+constexpr const char* kVersion = "fake-1";
+#endif
+// clang-format off
 const tpx_comm_plugin_v1_t kPlugin = {
-    tpx::plugin::Header<tpx_comm_plugin_v1_t>("fake", "fake-1"),
+    tpx::plugin::Header<tpx_comm_plugin_v1_t>(kName, kVersion),
     &Init, &CommCreate, &CommSplit, &CommDestroy, &Post, &Test, &Wait, nullptr, &RequestFree,
 };
+// clang-format on
 #endif
 
 }  // namespace
