@@ -41,6 +41,10 @@
 // their time minus the plugin ABI's, what tpx's host layer adds to each
 // operation.
 //
+// --rewrite_send writes the send buffer before each op in every series (the
+// Open MPI peer too), so that the data comes as a layer just produced it;
+// without it the buffers are written once and read clean from the caches.
+//
 // `bytes` is nccl-tests' size: the full buffer (all_reduce, broadcast),
 // the gathered output (all_gather), the scattered input (reduce_scatter) or
 // one rank's send buffer (all_to_all); busbw as nccl-tests defines it.
@@ -84,6 +88,11 @@ ABSL_FLAG(std::string, sizes, "4096,16384,65536,262144,1048576,4194304,16777216,
           "Sizes in bytes (see the header for what `bytes` means per op).");
 ABSL_FLAG(int64_t, max_bytes, 0, "Drops sizes above this (0: none).");
 ABSL_FLAG(bool, openmpi, true, "Measure the Open MPI peer in the same rounds.");
+ABSL_FLAG(bool, rewrite_send, false,
+          "Write the part of the send buffer an op reads before each op, inside the timed loop, "
+          "in every series: the data then arrives as a layer's output does, just written by the "
+          "producing core, instead of clean in the caches (which flatters single-copy reads of a "
+          "peer's buffer, tpx's and Open MPI's). Times include the write.");
 ABSL_FLAG(bool, api, true,
           "Also measure through comm::Communicator (tpx's public API) in the same rounds "
           "(one host only).");
@@ -233,6 +242,12 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// Writes the first `n` floats of `send` (a value that changes each time,
+// small integers: sums stay exact), as bench/peers/collectives_mpi.c does.
+void RewriteSend(float* send, int64_t n, int it) {
+  std::fill(send, send + n, static_cast<float>(1 + (it & 7)));
+}
+
 // How a rank runs a barrier and one operation (op, bytes, send, recv):
 // through the plugin's C ABI or through comm::Communicator; "" or an error.
 struct Runner {
@@ -272,6 +287,7 @@ std::string MeasureRank(const Runner& run, const std::vector<std::string>& ops,
     for (int64_t bytes : sizes) {
       // Enough iterations per repetition to dwarf the clock and the barrier.
       const int iters = static_cast<int>(std::clamp<int64_t>((8 << 20) / bytes, 1, 500));
+      const bool rewrite = absl::GetFlag(FLAGS_rewrite_send);
       const auto [send_bytes, recv_bytes] = BufferBytes(op, bytes, run.world);
       TensorMemory send(send_bytes, 1.0f), recv(recv_bytes, 0.0f);
       if (send.data() == nullptr || recv.data() == nullptr) return "out of memory";
@@ -280,6 +296,7 @@ std::string MeasureRank(const Runner& run, const std::vector<std::string>& ops,
         if (std::string e = run.barrier(); !e.empty()) return e;
         auto start = std::chrono::steady_clock::now();
         for (int it = 0; it < iters; ++it) {
+          if (rewrite) RewriteSend(send.data(), send_bytes / 4, it);
           if (std::string e = run.one(op, bytes, send.data(), recv.data()); !e.empty()) {
             return op + ": " + e;
           }
@@ -444,6 +461,7 @@ std::string RunMpiRound(const Setup& s, const std::string& binary, Samples* out)
       binary, "--ops=" + absl::StrJoin(mpi_ops, ","), "--sizes=" + absl::StrJoin(s.sizes, ","),
       "--reps=" + std::to_string(s.reps)};
   if (absl::GetFlag(FLAGS_openmpi_huge_pages)) peer_args.push_back("--huge_pages");
+  if (absl::GetFlag(FLAGS_rewrite_send)) peer_args.push_back("--rewrite_send");
   std::string output;
   if (s.hosts == nullptr) {
     argv.insert(argv.end(), peer_args.begin(), peer_args.end());
@@ -628,9 +646,10 @@ int main(int argc, char** argv) {
         return absl::StrFormat(
             "{\"bench\":\"collectives\",\"impl\":\"%s\",\"hosts\":%d,\"world_size\":%d,"
             "\"op\":\"%s\",\"dtype\":\"%s\",\"bytes\":%d,\"time_us\":%.2f,\"busbw_gbps\":%.3f,"
-            "\"best_us\":%.2f,\"rounds\":%d,\"huge_pages\":%s",
+            "\"best_us\":%.2f,\"rounds\":%d,\"huge_pages\":%s,\"rewrite_send\":%s",
             impl, num_hosts, s.nproc, op, dtype, bytes, us, bytes / (us * 1e3) * factor, t.best,
-            rounds, huge_pages ? "true" : "false");
+            rounds, huge_pages ? "true" : "false",
+            absl::GetFlag(FLAGS_rewrite_send) ? "true" : "false");
       };
       const Times& tpx = tpx_times[key];
       const bool huge_pages = tpx::GetCpuAllocator().huge_pages();

@@ -17,7 +17,9 @@
  * Every op and size uses the start of one send and one receive buffer of
  * the largest size, from malloc, or with --huge_pages mapped at a 2 MiB
  * boundary and marked for transparent huge pages (as tpx's CPU allocator
- * maps its blocks of 2 MiB and more). */
+ * maps its blocks of 2 MiB and more). --rewrite_send writes the part of the
+ * send buffer an op reads before each op, inside the timed loop, as the
+ * tpx bench does with the same flag. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +80,19 @@ static int ItersFor(long long bytes) {
   return (int)iters;
 }
 
+/* The f32 elements `op` of size `bytes` reads from its send buffer. */
+static long long SendElements(const char* op, long long bytes, int world) {
+  const long long total = bytes / 4;
+  return strcmp(op, "all_gather") == 0 ? total / world : total;
+}
+
+/* Writes the first `n` elements of `send` (a value that changes each time,
+ * small integers: sums stay exact). */
+static void RewriteSend(float* send, long long n, int it) {
+  const float value = (float)(1 + (it & 7));
+  for (long long i = 0; i < n; ++i) send[i] = value;
+}
+
 static int RunOne(const char* op, long long bytes, int world, float* send, float* recv) {
   const int total = (int)(bytes / 4);
   if (strcmp(op, "all_reduce") == 0) {
@@ -103,6 +118,7 @@ int main(int argc, char** argv) {
   char sizes[512] = "4096,1048576";
   int reps = 7;
   int huge_pages = 0;
+  int rewrite_send = 0;
   for (int i = 1; i < argc; ++i) {
     if (strncmp(argv[i], "--ops=", 6) == 0) {
       snprintf(ops, sizeof(ops), "%s", argv[i] + 6);
@@ -110,6 +126,8 @@ int main(int argc, char** argv) {
       snprintf(sizes, sizeof(sizes), "%s", argv[i] + 8);
     } else if (strcmp(argv[i], "--huge_pages") == 0) {
       huge_pages = 1;
+    } else if (strcmp(argv[i], "--rewrite_send") == 0) {
+      rewrite_send = 1;
     } else if (strncmp(argv[i], "--reps=", 7) == 0) {
       reps = atoi(argv[i] + 7);
       if (reps < 1) reps = 1;
@@ -160,10 +178,12 @@ int main(int argc, char** argv) {
       if (end == p) break;
       p = (*end == ',') ? end + 1 : end;
       const int iters = ItersFor(bytes);
+      const long long send_elements = SendElements(op, bytes, world);
       for (int rep = -1; rep < reps; ++rep) { /* rep -1 warms up */
         MPI_Barrier(MPI_COMM_WORLD);
         const double start = MPI_Wtime();
         for (int it = 0; it < iters; ++it) {
+          if (rewrite_send) RewriteSend(send.data, send_elements, it);
           if (RunOne(op, bytes, world, send.data, recv.data) != MPI_SUCCESS) {
             fprintf(stderr, "collectives_mpi: %s of %lld bytes failed\n", op, bytes);
             MPI_Abort(MPI_COMM_WORLD, 1);
