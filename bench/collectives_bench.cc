@@ -257,12 +257,13 @@ struct Runner {
   std::function<std::string(const std::string&, int64_t, float*, float*)> one;
 };
 
-Runner PluginRunner(RankEnv& env, std::vector<int64_t>& counts, std::vector<int64_t>& displs) {
-  counts.assign(env.world, 0);
-  displs.assign(env.world, 0);
+// The per-rank count and displacement arrays RunOne fills live in the
+// runner, allocated once.
+Runner PluginRunner(RankEnv& env) {
   return Runner{
       env.world, env.rank, [&env] { return RunOp(env, MakeArgs(TPX_COLL_BARRIER, TPX_DTYPE_F32)); },
-      [&env, &counts, &displs](const std::string& op, int64_t bytes, float* send, float* recv) {
+      [&env, counts = std::vector<int64_t>(env.world), displs = std::vector<int64_t>(env.world)](
+          const std::string& op, int64_t bytes, float* send, float* recv) mutable {
         return RunOne(env, op, bytes, send, recv, counts, displs);
       }};
 }
@@ -392,10 +393,7 @@ std::string RunTpxRound(const Setup& s, Samples* out) {
   }
   std::string failure = tpx::ucx::testing::RunRanks(
       s.nproc,
-      [&](RankEnv& env) {
-        std::vector<int64_t> counts, displs;
-        return MeasureRank(PluginRunner(env, counts, displs), s.ops, s.sizes, s.reps, results);
-      },
+      [&](RankEnv& env) { return MeasureRank(PluginRunner(env), s.ops, s.sizes, s.reps, results); },
       options);
   if (!failure.empty()) return failure;
   if (!ParseTimes(ReadFile(results), out)) return "rank 0 reported no times";
