@@ -538,29 +538,31 @@ TPX_BF16_TARGET void PackTransposedB(const Product& pr, int64_t p0, int64_t pair
   const uint16_t* const b = pr.b;
   const int64_t ldb = pr.ldb, k = pr.k;
   for (int64_t j0 = 0; j0 < width; j0 += 16) {
+    // The tile's rows of B (columns of op(B)) inside the panel.
     const uint16_t* const first = b + (c0 + j0) * ldb + 2 * p0;
+    const int64_t tile_rows = std::min<int64_t>(16, width - j0);
     for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
       const int64_t values = std::min<int64_t>(32, k - 2 * (p0 + q0));
-      const bool prefetch = q0 + 16 * kTransposeAhead < pairs;
+      if (q0 + 16 * kTransposeAhead < pairs) {
+        for (int64_t i = 0; i < tile_rows; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(first + i * ldb + 2 * q0 +
+                                                     32 * kTransposeAhead),
+                       _MM_HINT_T0);
+        }
+      }
       __m512 rows[16];  // 32-bit words: the transpose moves bits, not floats
-      if (values == 32 && j0 + 16 <= width) {
+      if (values == 32 && tile_rows == 16) {
         // Sixteen whole rows of 16 pairs: plain loads and no tests. Loaded
         // by the masked, tested loop below, the rows went through the
         // stack: a pack of attention's scores took 1.5x as long.
 #pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          const uint16_t* src = first + i * ldb + 2 * q0;
-          if (prefetch) {
-            _mm_prefetch(reinterpret_cast<const char*>(src + 32 * kTransposeAhead), _MM_HINT_T0);
-          }
-          rows[i] = _mm512_loadu_ps(src);
-        }
+        for (int i = 0; i < 16; ++i) rows[i] = _mm512_loadu_ps(first + i * ldb + 2 * q0);
       } else {
         const __mmask32 mask = values >= 32 ? ~__mmask32{0} : (__mmask32{1} << values) - 1;
         for (int i = 0; i < 16; ++i) {
           const uint16_t* src = first + i * ldb + 2 * q0;
-          rows[i] = j0 + i < width ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, src))
-                                   : _mm512_setzero_ps();
+          rows[i] = i < tile_rows ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, src))
+                                  : _mm512_setzero_ps();
         }
       }
       cpu::Transpose16x16(rows);
