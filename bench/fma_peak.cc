@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_features.h"
+
 namespace tpx::bench {
 namespace {
 
@@ -25,6 +27,13 @@ constexpr int kRounds = 60;
 constexpr double kAvx2Flops = 2.0 * 8 * kChains;
 constexpr double kAvx512Flops = 2.0 * 16 * kChains;
 constexpr double kAvx512Bf16Flops = 4.0 * 16 * kChains;
+// AMX: tdpbf16ps on 16 x 16 f32 tiles, 32 bf16 products per value, into
+// kAmxChains accumulator tiles (enough to cover its latency; 8 tiles in all
+// leave two for the operands). An iteration does ~100k flops, so a round
+// runs fewer of them to stay about 1 ms long.
+constexpr int kAmxChains = 6;
+constexpr double kAmxBf16Flops = 2.0 * 16 * 16 * 32 * kAmxChains;
+constexpr int64_t kAmxIterations = 20'000;
 
 // Each kernel returns flops done; the sum of the accumulators is written to
 // `sink` so the chain cannot be removed.
@@ -80,9 +89,52 @@ __attribute__((target("avx512f,avx512bf16"))) double ChainAvx512Bf16(float* sink
   return kAvx512Bf16Flops * static_cast<double>(iterations);
 }
 
+// The tiles' layout for ldtilecfg (palette 1): tiles 0 to kAmxChains - 1
+// are 16 x 16 f32 accumulators, then A (16 rows of 32 bf16) and B (16 rows
+// of 16 bf16 pairs); all 16 rows of 64 bytes.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) double ChainAmxBf16(float* sink, int64_t iterations) {
+  AmxTileConfig config;
+  for (int t = 0; t < kAmxChains + 2; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t operand[16 * 32];
+  for (uint16_t& v : operand) v = 0x3400;  // bf16 1.2e-7: the sums stay finite
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 6, 7);
+    _tile_dpbf16ps(1, 6, 7);
+    _tile_dpbf16ps(2, 6, 7);
+    _tile_dpbf16ps(3, 6, 7);
+    _tile_dpbf16ps(4, 6, 7);
+    _tile_dpbf16ps(5, 6, 7);
+  }
+  alignas(64) float out[16 * 16];
+  _tile_stored(5, out, 64);
+  _tile_release();
+  *sink = out[0];
+  return kAmxBf16Flops * static_cast<double>(iterations);
+}
+
 // GFLOP/s of `threads` threads at once: each runs kRounds rounds of
 // `chain` and keeps its best round; the result sums the threads' bests.
-double BestGflops(double (*chain)(float*, int64_t), int threads) {
+double BestGflops(double (*chain)(float*, int64_t), int threads, int64_t iterations = kIterations) {
   std::vector<double> best(static_cast<size_t>(threads), 0.0);
   std::vector<float> sinks(static_cast<size_t>(threads) * 16);  // one cache line each
   std::vector<std::thread> pool;
@@ -90,7 +142,7 @@ double BestGflops(double (*chain)(float*, int64_t), int threads) {
     pool.emplace_back([&, t] {
       for (int r = 0; r < kRounds; ++r) {
         const auto start = std::chrono::steady_clock::now();
-        const double flops = chain(&sinks[static_cast<size_t>(t) * 16], kIterations);
+        const double flops = chain(&sinks[static_cast<size_t>(t) * 16], iterations);
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         best[t] = std::max(best[t], flops / s / 1e9);
@@ -125,7 +177,15 @@ FmaPeak MeasureFmaPeak(int threads) {
     }
     if (__builtin_cpu_supports("avx512bf16")) {
       p.bf16_isa = "avx512_bf16";
-      p.bf16_gflops = BestGflops(&ChainAvx512Bf16, threads);
+      p.avx512_bf16_gflops = BestGflops(&ChainAvx512Bf16, threads);
+      p.bf16_gflops = p.avx512_bf16_gflops;
+    }
+  }
+  if (CpuHasAmxBf16()) {
+    const double g = BestGflops(&ChainAmxBf16, threads, kAmxIterations);
+    if (g > p.bf16_gflops) {
+      p.bf16_isa = "amx_bf16";
+      p.bf16_gflops = g;
     }
   }
   return p;
@@ -134,7 +194,11 @@ FmaPeak MeasureFmaPeak(int threads) {
 double FmaChainRoundGflops(const FmaPeak& peak, int threads, bool bf16, double seconds) {
   double (*chain)(float*, int64_t) = nullptr;
   double flops_per_iteration = 0, peak_gflops = 0;
-  if (bf16 && peak.bf16_isa == "avx512_bf16") {
+  if (bf16 && peak.bf16_isa == "amx_bf16") {
+    chain = &ChainAmxBf16;
+    flops_per_iteration = kAmxBf16Flops;
+    peak_gflops = peak.bf16_gflops;
+  } else if (bf16 && peak.bf16_isa == "avx512_bf16") {
     chain = &ChainAvx512Bf16;
     flops_per_iteration = kAvx512Bf16Flops;
     peak_gflops = peak.bf16_gflops;

@@ -1,8 +1,9 @@
 // The core's measured floating-point peak: a short chain of independent
 // FMAs (no memory traffic) timed on each of `threads` threads at once, with
 // the widest vector ISA this CPU has, chosen at run time (AVX-512 or
-// AVX2+FMA; bf16 with AVX512_BF16's vdpbf16ps when present). GEMM
-// benchmarks report their throughput as a fraction of it.
+// AVX2+FMA; bf16 with AVX512_BF16's vdpbf16ps or AMX's tdpbf16ps, whichever
+// is present and faster). GEMM benchmarks report their throughput as a
+// fraction of it.
 //
 //   FmaPeak p = MeasureFmaPeak(/*threads=*/1);
 //   printf("%s f32 %.1f GFLOP/s\n", p.f32_isa.c_str(), p.f32_gflops);
@@ -16,8 +17,11 @@ namespace tpx::bench {
 struct FmaPeak {
   std::string f32_isa;      // "avx512", "avx2" or "none"
   double f32_gflops = 0;    // all threads together; 0 when no FMA ISA
-  std::string bf16_isa;     // "avx512_bf16" or "none"
+  std::string bf16_isa;     // "amx_bf16", "avx512_bf16" or "none"
   double bf16_gflops = 0;   // bf16 products, f32 accumulation; 0 when unsupported
+  // vdpbf16ps's rate, also where AMX is faster (on Sapphire Rapids it is
+  // half the f32 FMA rate, AMX many times it); 0 without AVX512_BF16.
+  double avx512_bf16_gflops = 0;
 };
 
 // `threads` threads run the chain at once; each keeps its best of many

@@ -26,6 +26,13 @@ bool CpuHasAvx512F();
 // BF16. False off x86-64.
 bool CpuHasAvx512Bf16();
 
+// AMX tiles with bf16 dot products (tdpbf16ps; Intel Xeon from Sapphire
+// Rapids on), usable by this process: the kernel enables tile data only for
+// processes that ask, so the first call asks for it (arch_prctl
+// ARCH_REQ_XCOMP_PERM, process-wide); false where the CPU lacks AMX or the
+// kernel refuses. False off x86-64 Linux.
+bool CpuHasAmxBf16();
+
 }  // namespace tpx
 
 #endif  // TPX_CORE_CPU_FEATURES_H_

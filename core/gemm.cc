@@ -312,6 +312,22 @@ bool UseSmallGemm(bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, DT
 // twice as much per flop); and with its 2048-long sums, less accurate.
 enum class ProductPath { kMatmul, kSgemm, kBf16Kernel };
 
+// Whether oneDNN runs bf16 products on AMX tiles (it reads the CPU, and any
+// ONEDNN_MAX_CPU_ISA cap, once). There every bf16 product goes to oneDNN:
+// on a Sapphire Rapids core vdpbf16ps, the bf16 kernel's instruction, runs
+// at half the f32 FMA rate (87 against 179 GFLOP/s), and oneDNN's AMX
+// matmul took the GPT example's and the MLP's bf16 products 3.4-12x faster
+// than the kernel at one thread (bench:gemm, ONEDNN_MAX_CPU_ISA unset
+// against AVX512_CORE_BF16).
+bool OneDnnRunsBf16OnAmx() {
+  static const bool amx = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto amx_isa = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (isa & amx_isa) == amx_isa;
+  }();
+  return amx;
+}
+
 // beta: C's factor on the path taken; threads: the team the product runs on
 // (CallThreads()).
 ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
@@ -322,7 +338,8 @@ ProductPath ProductPathFor(bool trans_a, bool trans_b, int64_t m, int64_t n, int
     return transposed_a || m * n * k >= kMinSgemmMacs ? ProductPath::kSgemm
                                                       : ProductPath::kMatmul;
   }
-  if (ab_dtype != DType::kBF16 || !Bf16GemmApplies() || (trans_a && trans_b)) {
+  if (ab_dtype != DType::kBF16 || !Bf16GemmApplies() || (trans_a && trans_b) ||
+      OneDnnRunsBf16OnAmx()) {
     return ProductPath::kMatmul;
   }
   // With A transposed the bf16 kernel wins (measured) at every size: at two
@@ -384,6 +401,7 @@ struct MatmulPart {
   const void* a;
   const void* b;
   void* c;
+  const void* bias = nullptr;
 };
 
 // Whether an f32 product for oneDNN's GEMM driver goes to the threads as
@@ -430,25 +448,51 @@ std::pair<int64_t, int64_t> BlockRange(int64_t length, int t, int nt) {
 // Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
 // primitive on its own thread; a part with no rows or products is skipped.
 template <typename PartFn>
-absl::Status RunMatmulParts(int threads, const void* bias, PartFn part) {
+absl::Status RunMatmulParts(int threads, PartFn part) {
   return OnEachThread(threads, [&](int t, int nt) {
     const MatmulPart p = part(t, nt);
-    if (p.key.m == 0 || p.key.batch == 0) return absl::OkStatus();
-    return RunMatmul(p.key, p.a, p.b, p.c, bias);
+    if (p.key.m == 0 || p.key.n == 0 || p.key.batch == 0) return absl::OkStatus();
+    return RunMatmul(p.key, p.a, p.b, p.c, p.bias);
   });
 }
 
-// One 2-D product through oneDNN's matmul, as row ranges where SplitsRows.
+// Whether a product for oneDNN's matmul must give the same bits at any
+// thread count: bf16 products where oneDNN runs them on AMX, which on a team
+// of its own split a long reduction between the threads (a 20 x 17 product
+// with k 2101 came out different on two threads). Their threads take ranges
+// of C instead, one one-thread primitive each, and each value is one sum
+// over k in order, as on one thread; the bf16 kernel's products, which
+// these replace, had that property.
+bool NeedsThreadInvariance(const MatmulKey& key) {
+  return key.ab_dtype == DType::kBF16 && OneDnnRunsBf16OnAmx();
+}
+
+// One 2-D product through oneDNN's matmul: as ranges of C's rows where
+// SplitsRows or (NeedsThreadInvariance) C has rows for every thread, else
+// as ranges of its columns, else on one thread; otherwise on oneDNN's team.
 absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b, void* c,
                               const void* bias = nullptr) {
   const int threads = CallThreads();
-  if (!SplitsRows(key.m, key.n, key.k, threads)) return RunMatmul(key, a, b, c, bias);
+  const bool invariant = threads > 1 && NeedsThreadInvariance(key);
+  const bool rows =
+      SplitsRows(key.m, key.n, key.k, threads) || (invariant && key.m >= 16 * threads);
+  if (!rows && !invariant) return RunMatmul(key, a, b, c, bias);
+  const int64_t length = rows ? key.m : key.n;
+  const int parts = rows || length >= 16 * threads ? threads : 1;
   const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
-  return RunMatmulParts(threads, bias, [&](int t, int nt) {
-    const auto [r0, r1] = BlockRange(key.m, t, nt);
-    MatmulPart p{key, static_cast<const char*>(a) + (key.trans_a ? r0 : r0 * key.lda) * ab_size, b,
-                 static_cast<char*>(c) + r0 * key.ldc * c_size};
-    p.key.m = r1 - r0;
+  return RunMatmulParts(parts, [&](int t, int nt) {
+    const auto [x0, x1] = BlockRange(length, t, nt);
+    MatmulPart p{key, a, b, c, bias};
+    if (rows) {
+      p.a = static_cast<const char*>(a) + (key.trans_a ? x0 : x0 * key.lda) * ab_size;
+      p.c = static_cast<char*>(c) + x0 * key.ldc * c_size;
+      p.key.m = x1 - x0;
+    } else {
+      p.b = static_cast<const char*>(b) + (key.trans_b ? x0 * key.ldb : x0) * ab_size;
+      p.c = static_cast<char*>(c) + x0 * c_size;
+      if (bias != nullptr) p.bias = static_cast<const char*>(bias) + x0 * c_size;
+      p.key.n = x1 - x0;
+    }
     return p;
   });
 }
@@ -681,10 +725,24 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   MatmulKey key{trans_a, trans_b, m,     n,    k,     lda,      ldb,      ldc,
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};
   const int threads = CallThreads();
-  if (!SplitsBatch(batch, threads)) return RunMatmul(key, a, b, c);
+  const bool invariant = threads > 1 && NeedsThreadInvariance(key);
+  if (invariant && batch < threads) {
+    // Too few products for every thread: each splits its C as Gemm does.
+    const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
+    for (int64_t i = 0; i < batch; ++i) {
+      MatmulKey one = key;
+      one.batch = 1;
+      TPX_RETURN_IF_ERROR(RunMatmulProduct(one,
+                                           static_cast<const char*>(a) + i * stride_a * ab_size,
+                                           static_cast<const char*>(b) + i * stride_b * ab_size,
+                                           static_cast<char*>(c) + i * stride_c * c_size));
+    }
+    return absl::OkStatus();
+  }
+  if (!SplitsBatch(batch, threads) && !invariant) return RunMatmul(key, a, b, c);
   // Each thread runs a one-thread primitive over its own range of products.
   const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
-  return RunMatmulParts(threads, nullptr, [&](int t, int nt) {
+  return RunMatmulParts(threads, [&](int t, int nt) {
     const int64_t first = batch * t / nt, last = batch * (t + 1) / nt;
     MatmulPart p{key, static_cast<const char*>(a) + first * stride_a * ab_size,
                  static_cast<const char*>(b) + first * stride_b * ab_size,

@@ -5,7 +5,7 @@
 //                            0.0f, DType::kF32, c, n));
 //
 // Backend: oneDNN's matmul primitive (cached per shape), for f32 and for
-// bf16 inputs with f32 accumulation (AVX-512 BF16 instructions where the CPU
+// bf16 inputs with f32 accumulation (AVX-512 BF16 or AMX where the CPU
 // has them) and an f32 or bf16 C. Strides, alpha and beta go to the library:
 // no copies or conversions on the f32 and bf16 paths. f16 inputs have no
 // library kernel on this CPU: they are widened to f32 scratch copies and run
@@ -22,6 +22,10 @@
 // which also takes bf16 products of a plain A and B with k >= 512 (input
 // gradients dY W among them) and, on two or more threads, those with a
 // narrower k, C at most 128 wide and beta 0 (the same bits as oneDNN's).
+// Where oneDNN runs bf16 on AMX tiles (Intel Xeon from Sapphire Rapids on,
+// which run vdpbf16ps at half the f32 FMA rate) every bf16 product goes to
+// oneDNN instead, its threads each taking a range of C, so that bf16
+// results do not depend on the thread count there either.
 // Every kernel picks its ISA at run time.
 //
 // GemmBias adds a bias row in the GEMM's own epilogue, so a linear layer's

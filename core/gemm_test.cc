@@ -674,7 +674,8 @@ TEST(GemmTest, PlainABf16OddKReadsNothingPastTheRows) {
 // threads (these sizes, in 256-pair slices or, 100 x 150 and 128 x 128,
 // two of half of k; odd k, f32 and bf16 C, alpha and beta). So do the
 // products of a plain A on the same kernel, B plain or transposed, in
-// their longer slices too (k 4500: two).
+// their longer slices too (k 4500: two). Where oneDNN runs bf16 on AMX these
+// go to it instead, as ranges of C, with the same property.
 TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN computes these";
   const int before = GemmThreads();
@@ -709,6 +710,83 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
         }
       }
     }
+  }
+  SetGemmThreads(before);
+}
+
+// bf16 products of too few rows for every thread, and batches of fewer
+// products than threads, match the reference and give the same bits at 1, 2
+// and 3 threads, a fused bias included (where oneDNN runs bf16 on AMX, the
+// threads take ranges of C's columns; elsewhere the bf16 kernel or oneDNN
+// computes them).
+TEST(GemmTest, Bf16FewRowsAndSmallBatchesAreTheSameAtAnyThreadCount) {
+  if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN splits these its own way";
+  const int before = GemmThreads();
+  const int64_t m = 20, n = 100, k = 600, ldc = n + 3;
+  for (auto [ta, tb] : {std::pair(false, true), std::pair(false, false), std::pair(true, false)}) {
+    for (int64_t batch : {1, 2}) {
+      const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2;
+      const int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = m * ldc;
+      std::vector<float> a = Random(batch * sa, 120), b = Random(batch * sb, 121);
+      for (float& v : a) v = RoundTo(DType::kBF16, v);
+      for (float& v : b) v = RoundTo(DType::kBF16, v);
+      const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
+      std::vector<std::vector<char>> results;
+      for (int threads : {1, 2, 3}) {
+        SetGemmThreads(threads);
+        std::vector<char> out = Encode(DType::kF32, std::vector<float>(batch * sc, 9.0f));
+        ASSERT_TRUE(GemmBatched(batch, ta, tb, m, n, k, 1.0f, DType::kBF16, ea.data(), lda, sa,
+                                eb.data(), ldb, sb, 0.0f, DType::kF32, out.data(), ldc, sc)
+                        .ok());
+        for (int64_t q = 0; q < batch; ++q) {
+          const std::vector<float> aq(a.begin() + q * sa, a.begin() + (q + 1) * sa);
+          const std::vector<float> bq(b.begin() + q * sb, b.begin() + (q + 1) * sb);
+          const std::vector<double> ref = Reference(ta, tb, m, n, k, aq, lda, bq, ldb);
+          for (int64_t i = 0; i < m; ++i) {
+            for (int64_t j = 0; j < ldc; ++j) {
+              const double want = j < n ? ref[i * n + j] : 9.0;
+              ASSERT_NEAR(Decode(DType::kF32, out, q * sc + i * ldc + j), want,
+                          kF32Tol * (1 + std::fabs(want)))
+                  << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch " << batch << ", " << threads
+                  << " threads, product " << q << " at " << i << "," << j;
+            }
+          }
+        }
+        results.push_back(std::move(out));
+      }
+      for (size_t i = 1; i < results.size(); ++i) {
+        EXPECT_TRUE(results[i] == results[0]) << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch "
+                                              << batch << ": " << i + 1 << " threads differ from 1";
+      }
+    }
+  }
+  // A fused bias: each range of columns adds its own part of it.
+  std::vector<float> a = Random(m * k, 122), w = Random(n * k, 123), bias = Random(n, 124);
+  for (std::vector<float>* v : {&a, &w, &bias}) {
+    for (float& x : *v) x = RoundTo(DType::kBF16, x);
+  }
+  const std::vector<char> ea = Encode(DType::kBF16, a), ew = Encode(DType::kBF16, w),
+                          eb = Encode(DType::kBF16, bias);
+  const std::vector<double> ref = Reference(false, true, m, n, k, a, k, w, k);
+  std::vector<std::vector<char>> results;
+  for (int threads : {1, 2, 3}) {
+    SetGemmThreads(threads);
+    std::vector<char> out = Encode(DType::kBF16, std::vector<float>(m * ldc, 9.0f));
+    ASSERT_TRUE(GemmBias(false, true, m, n, k, DType::kBF16, ea.data(), k, ew.data(), k, eb.data(),
+                         out.data(), ldc)
+                    .ok());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
+        ASSERT_NEAR(Decode(DType::kBF16, out, i * ldc + j), want,
+                    kBF16OutTol * (1 + std::fabs(want)))
+            << threads << " threads, bias at " << i << "," << j;
+      }
+    }
+    results.push_back(std::move(out));
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i] == results[0]) << "bias: " << i + 1 << " threads differ from 1";
   }
   SetGemmThreads(before);
 }
