@@ -22,9 +22,9 @@
 // time, as core/small_gemm.cc does for whole products) or a portable loop
 // (other CPUs, or TPX_ATTENTION_ISA=baseline).
 //
-// bf16 on a CPU with AVX-512 BF16 takes a second form: operands stay bf16,
-// as pairs consecutive along the reduction index (one 32-bit word, as
-// vdpbf16ps multiplies them). With an even head_dim a head's row of qkv is
+// bf16 on a CPU with AVX-512 BF16 and no AMX (ActiveIsa) takes a second
+// form: operands stay bf16, as pairs consecutive along the reduction index
+// (one 32-bit word, as vdpbf16ps multiplies them). With an even head_dim a head's row of qkv is
 // whole pairs already, so q, k and v are read in place like f32's (an odd
 // head_dim is packed first); the results are rounded into ctx or dqkv as
 // the tile stores them. P and dS are rounded to bf16 for the products that
@@ -428,16 +428,21 @@ void PortableTranspose(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t
   Transpose(static_cast<const float*>(x), ldx, t, d, tp, static_cast<float*>(xt));
 }
 
-// AVX-512 (and the bf16 pair tile where the CPU has AVX-512 BF16) unless
-// TPX_ATTENTION_ISA asks for less, to test or compare the other forms on
-// the same machine: "avx512" (bf16 widened to f32) or "baseline" (the
-// portable tile for everything).
+// AVX-512, and the bf16 pair tile where the CPU has AVX-512 BF16 but no
+// AMX: CPUs with AMX (Intel Xeon from Sapphire Rapids on) run vdpbf16ps at
+// half the f32 FMA rate, and bench:attention's bf16 step at 1 thread ran
+// 1.3-1.7x faster there in the f32 form (head_dim 32, t 128).
+// TPX_ATTENTION_ISA picks a form, to test or compare them on the same
+// machine: "avx512_bf16" (the pair tile wherever the CPU has AVX-512 BF16),
+// "avx512" (bf16 widened to f32) or "baseline" (the portable tile for
+// everything).
 const Isa& ActiveIsa() {
   static const Isa isa = [] {
     const char* env = std::getenv("TPX_ATTENTION_ISA");
     const std::string_view forced = env != nullptr ? env : "";
     if (forced != "baseline" && CpuHasAvx512F()) {
-      if (forced != "avx512" && CpuHasAvx512Bf16()) {
+      const bool pairs = forced == "avx512_bf16" || (forced.empty() && !CpuHasAmxBf16());
+      if (pairs && CpuHasAvx512Bf16()) {
         return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512ExpRow,
                    &Avx512Bf16TileAny<float>, &Avx512Bf16TileAny<BF16>};
       }
