@@ -732,6 +732,7 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
     for (int64_t i = 0; i < batch; ++i) {
       MatmulKey one = key;
       one.batch = 1;
+      one.stride_a = one.stride_b = one.stride_c = 0;
       TPX_RETURN_IF_ERROR(RunMatmulProduct(one,
                                            static_cast<const char*>(a) + i * stride_a * ab_size,
                                            static_cast<const char*>(b) + i * stride_b * ab_size,
