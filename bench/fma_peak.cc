@@ -107,6 +107,8 @@ __attribute__((target("amx-tile,amx-bf16"))) double ChainAmxBf16(float* sink, in
     config.rows[t] = 16;
   }
   _tile_loadconfig(&config);
+  // Tile numbers are immediates: the accumulators below are spelled out.
+  static_assert(kAmxChains == 6, "ChainAmxBf16 names tiles 0-5 as accumulators");
   alignas(64) uint16_t operand[16 * 32];
   for (uint16_t& v : operand) v = 0x3400;  // bf16 1.2e-7: the sums stay finite
   _tile_loadd(6, operand, 64);

@@ -445,6 +445,19 @@ std::pair<int64_t, int64_t> BlockRange(int64_t length, int t, int nt) {
   return {std::min(length, blocks * t / nt * 16), std::min(length, blocks * (t + 1) / nt * 16)};
 }
 
+// Where the part of a product that computes C's rows (or, with `columns`,
+// its columns) from x0 on starts in each operand, in elements: a range of
+// rows reads its rows of op(A) and writes its rows of C; a range of columns
+// reads its columns of op(B) and writes its columns of C and of a bias row.
+struct PartOffsets {
+  int64_t a = 0, b = 0, c = 0, bias = 0;
+};
+PartOffsets OffsetsOfPart(bool columns, int64_t x0, bool trans_a, bool trans_b, int64_t lda,
+                          int64_t ldb, int64_t ldc) {
+  if (columns) return {.b = trans_b ? x0 * ldb : x0, .c = x0, .bias = x0};
+  return {.a = trans_a ? x0 : x0 * lda, .c = x0 * ldc};
+}
+
 // Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
 // primitive on its own thread; a part with no rows or products is skipped.
 template <typename PartFn>
@@ -482,17 +495,12 @@ absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b
   const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
   return RunMatmulParts(parts, [&](int t, int nt) {
     const auto [x0, x1] = BlockRange(length, t, nt);
-    MatmulPart p{key, a, b, c, bias};
-    if (rows) {
-      p.a = static_cast<const char*>(a) + (key.trans_a ? x0 : x0 * key.lda) * ab_size;
-      p.c = static_cast<char*>(c) + x0 * key.ldc * c_size;
-      p.key.m = x1 - x0;
-    } else {
-      p.b = static_cast<const char*>(b) + (key.trans_b ? x0 * key.ldb : x0) * ab_size;
-      p.c = static_cast<char*>(c) + x0 * c_size;
-      if (bias != nullptr) p.bias = static_cast<const char*>(bias) + x0 * c_size;
-      p.key.n = x1 - x0;
-    }
+    const PartOffsets o =
+        OffsetsOfPart(!rows, x0, key.trans_a, key.trans_b, key.lda, key.ldb, key.ldc);
+    MatmulPart p{key, static_cast<const char*>(a) + o.a * ab_size,
+                 static_cast<const char*>(b) + o.b * ab_size, static_cast<char*>(c) + o.c * c_size,
+                 bias != nullptr ? static_cast<const char*>(bias) + o.bias * c_size : nullptr};
+    (rows ? p.key.m : p.key.n) = x1 - x0;
     return p;
   });
 }
@@ -525,12 +533,9 @@ absl::Status SgemmProduct(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   return OnEachThread(threads, [&](int t, int nt) {
     const auto [x0, x1] = BlockRange(columns ? n : m, t, nt);
     if (x1 == x0) return absl::OkStatus();
-    if (columns) {
-      return Sgemm(trans_a, trans_b, m, x1 - x0, k, alpha, a, lda, b + (trans_b ? x0 * ldb : x0),
-                   ldb, beta, c + x0, ldc);
-    }
-    return Sgemm(trans_a, trans_b, x1 - x0, n, k, alpha, a + (trans_a ? x0 : x0 * lda), lda, b, ldb,
-                 beta, c + x0 * ldc, ldc);
+    const PartOffsets o = OffsetsOfPart(columns, x0, trans_a, trans_b, lda, ldb, ldc);
+    return Sgemm(trans_a, trans_b, columns ? m : x1 - x0, columns ? x1 - x0 : n, k, alpha, a + o.a,
+                 lda, b + o.b, ldb, beta, c + o.c, ldc);
   });
 }
 
@@ -726,9 +731,9 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
                 ab_dtype, c_dtype, alpha, beta, batch, stride_a, stride_b, stride_c};
   const int threads = CallThreads();
   const bool invariant = threads > 1 && NeedsThreadInvariance(key);
+  const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
   if (invariant && batch < threads) {
     // Too few products for every thread: each splits its C as Gemm does.
-    const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
     for (int64_t i = 0; i < batch; ++i) {
       MatmulKey one = key;
       one.batch = 1;
@@ -742,7 +747,6 @@ absl::Status GemmBatched(int64_t batch, bool trans_a, bool trans_b, int64_t m, i
   }
   if (!SplitsBatch(batch, threads) && !invariant) return RunMatmul(key, a, b, c);
   // Each thread runs a one-thread primitive over its own range of products.
-  const size_t ab_size = SizeOf(ab_dtype), c_size = SizeOf(c_dtype);
   return RunMatmulParts(threads, [&](int t, int nt) {
     const int64_t first = batch * t / nt, last = batch * (t + 1) / nt;
     MatmulPart p{key, static_cast<const char*>(a) + first * stride_a * ab_size,
