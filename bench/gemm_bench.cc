@@ -191,8 +191,9 @@ const std::vector<Case>& Cases() {
       {"gpt", "gpt_attn_scores", 64, 128, 32, 128, false, true},
       {"gpt", "gpt_attn_ctx", 64, 128, 128, 32, false, false},
       {"gpt", "gpt_attn_dv", 64, 128, 128, 32, true, false},
-      // Decoding steps: one token (and four, and eight) through the GPT example's
-      // layers and logits, and through bench:decode's d_model 512 model.
+      // Decoding steps: one token (and two to four, and eight: where the few-row
+      // kernels hand over to oneDNN) through the GPT example's layers and
+      // logits, and through bench:decode's d_model 512 model.
       // Bound by reading the weights, not by the FMA peak: only with
       // --cases=decode, and left out of the gemm_min lines.
       {"decode", "decode_qkv", 1, 1, 128, 384, false, true},
@@ -200,10 +201,15 @@ const std::vector<Case>& Cases() {
       {"decode", "decode_fc1", 1, 1, 128, 512, false, true},
       {"decode", "decode_fc2", 1, 1, 512, 128, false, true},
       {"decode", "decode_logits", 1, 1, 128, 256, false, true},
+      {"decode", "decode2_qkv", 1, 2, 128, 384, false, true},
+      {"decode", "decode3_qkv", 1, 3, 128, 384, false, true},
       {"decode", "decode4_qkv", 1, 4, 128, 384, false, true},
       {"decode", "decode8_qkv", 1, 8, 128, 384, false, true},
       {"decode", "decode_d512_qkv", 1, 1, 512, 1536, false, true},
       {"decode", "decode_d512_fc2", 1, 1, 2048, 512, false, true},
+      {"decode", "decode2_d512_qkv", 1, 2, 512, 1536, false, true},
+      {"decode", "decode4_d512_qkv", 1, 4, 512, 1536, false, true},
+      {"decode", "decode4_d512_fc2", 1, 4, 2048, 512, false, true},
       {"decode", "decode8_d512_qkv", 1, 8, 512, 1536, false, true},
       {"decode", "decode8_d512_fc2", 1, 8, 2048, 512, false, true},
   };

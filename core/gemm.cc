@@ -280,7 +280,10 @@ bool PlainF32(float alpha, DType ab_dtype, float beta, DType c_dtype) {
 }
 
 // Products of one to four rows (alpha 1, beta 0) go to
-// core/few_rows_gemm.h's kernels where the CPU has them.
+// core/few_rows_gemm.h's kernels where the CPU has them, AMX CPUs included:
+// there oneDNN's AMX matmul (16-row tiles) took bf16 products of 3-4 rows and
+// k 128 1.2-1.5x faster, but 1-2 rows at 0.4-1.0x and d_model 512's products
+// of 2-4 rows at 0.4-1.0x on two threads (bench:gemm --cases=decode).
 bool UseFewRows(bool trans_a, bool trans_b, int64_t m, float alpha, DType ab_dtype, float beta,
                 DType c_dtype) {
   return alpha == 1.0f && beta == 0.0f &&
@@ -314,7 +317,7 @@ enum class ProductPath { kMatmul, kSgemm, kBf16Kernel };
 
 // Whether oneDNN runs bf16 products on AMX tiles (it reads the CPU, and any
 // ONEDNN_MAX_CPU_ISA cap, once). There every bf16 product goes to oneDNN:
-// on a Sapphire Rapids core vdpbf16ps, the bf16 kernel's instruction, runs
+// on an Emerald Rapids core vdpbf16ps, the bf16 kernel's instruction, runs
 // at half the f32 FMA rate (87 against 179 GFLOP/s), and oneDNN's AMX
 // matmul took the GPT example's and the MLP's bf16 products 3.4-12x faster
 // than the kernel at one thread (bench:gemm, ONEDNN_MAX_CPU_ISA unset
@@ -458,6 +461,46 @@ PartOffsets OffsetsOfPart(bool columns, int64_t x0, bool trans_a, bool trans_b, 
   return {.a = trans_a ? x0 : x0 * lda, .c = x0 * ldc};
 }
 
+// The part of a product (or of a thread's part) that computes C's rows
+// (or, with `columns`, its columns) [x0, x1).
+MatmulPart SubPart(const MatmulPart& p, bool columns, int64_t x0, int64_t x1) {
+  const size_t ab_size = SizeOf(p.key.ab_dtype), c_size = SizeOf(p.key.c_dtype);
+  const PartOffsets o =
+      OffsetsOfPart(columns, x0, p.key.trans_a, p.key.trans_b, p.key.lda, p.key.ldb, p.key.ldc);
+  MatmulPart sub{p.key, static_cast<const char*>(p.a) + o.a * ab_size,
+                 static_cast<const char*>(p.b) + o.b * ab_size,
+                 static_cast<char*>(p.c) + o.c * c_size,
+                 p.bias != nullptr ? static_cast<const char*>(p.bias) + o.bias * c_size : nullptr};
+  (columns ? sub.key.n : sub.key.m) = x1 - x0;
+  return sub;
+}
+
+// The widest C a bf16 product on AMX runs as one primitive call: wider ones
+// run as ranges of about this many columns, one call after another on the
+// same thread, so that B's columns for a range stay in the core's L2.
+// oneDNN 2.6.3's AMX matmul on the whole of bench:gemm's square and MLP
+// products (C 1024-4096 wide) was slower on an Emerald Rapids core: the
+// ranges took them 1.08-1.47x faster on one thread, and 0.94-1.41x on two
+// (7 of 9 faster; medians of 6 alternations in one process). Ranges of 256
+// were slower than of 512. Each value is still one sum over k in order.
+constexpr int64_t kAmxMaxColumns = 512;
+
+// Runs a product, or one thread's part of it, through oneDNN's matmul: as
+// column ranges where it is a wide bf16 product on AMX.
+absl::Status RunMatmulPart(const MatmulPart& p) {
+  if (p.key.batch > 1 || p.key.ab_dtype != DType::kBF16 || p.key.n <= kAmxMaxColumns ||
+      !OneDnnRunsBf16OnAmx()) {
+    return RunMatmul(p.key, p.a, p.b, p.c, p.bias);
+  }
+  const int ranges = static_cast<int>((p.key.n + kAmxMaxColumns - 1) / kAmxMaxColumns);
+  for (int r = 0; r < ranges; ++r) {
+    const auto [x0, x1] = BlockRange(p.key.n, r, ranges);
+    const MatmulPart sub = SubPart(p, /*columns=*/true, x0, x1);
+    TPX_RETURN_IF_ERROR(RunMatmul(sub.key, sub.a, sub.b, sub.c, sub.bias));
+  }
+  return absl::OkStatus();
+}
+
 // Runs part(t, nt) for t in [0, nt) side by side, each a one-thread
 // primitive on its own thread; a part with no rows or products is skipped.
 template <typename PartFn>
@@ -465,7 +508,7 @@ absl::Status RunMatmulParts(int threads, PartFn part) {
   return OnEachThread(threads, [&](int t, int nt) {
     const MatmulPart p = part(t, nt);
     if (p.key.m == 0 || p.key.n == 0 || p.key.batch == 0) return absl::OkStatus();
-    return RunMatmul(p.key, p.a, p.b, p.c, p.bias);
+    return RunMatmulPart(p);
   });
 }
 
@@ -485,23 +528,17 @@ bool NeedsThreadInvariance(const MatmulKey& key) {
 // as ranges of its columns, else on one thread; otherwise on oneDNN's team.
 absl::Status RunMatmulProduct(const MatmulKey& key, const void* a, const void* b, void* c,
                               const void* bias = nullptr) {
+  const MatmulPart whole{key, a, b, c, bias};
   const int threads = CallThreads();
   const bool invariant = threads > 1 && NeedsThreadInvariance(key);
   const bool rows =
       SplitsRows(key.m, key.n, key.k, threads) || (invariant && key.m >= 16 * threads);
-  if (!rows && !invariant) return RunMatmul(key, a, b, c, bias);
+  if (!rows && !invariant) return RunMatmulPart(whole);
   const int64_t length = rows ? key.m : key.n;
   const int parts = rows || length >= 16 * threads ? threads : 1;
-  const size_t ab_size = SizeOf(key.ab_dtype), c_size = SizeOf(key.c_dtype);
   return RunMatmulParts(parts, [&](int t, int nt) {
     const auto [x0, x1] = BlockRange(length, t, nt);
-    const PartOffsets o =
-        OffsetsOfPart(!rows, x0, key.trans_a, key.trans_b, key.lda, key.ldb, key.ldc);
-    MatmulPart p{key, static_cast<const char*>(a) + o.a * ab_size,
-                 static_cast<const char*>(b) + o.b * ab_size, static_cast<char*>(c) + o.c * c_size,
-                 bias != nullptr ? static_cast<const char*>(bias) + o.bias * c_size : nullptr};
-    (rows ? p.key.m : p.key.n) = x1 - x0;
-    return p;
+    return SubPart(whole, /*columns=*/!rows, x0, x1);
   });
 }
 

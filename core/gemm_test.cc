@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -722,71 +723,83 @@ TEST(GemmTest, Bf16KernelIsTheSameAtAnyThreadCount) {
 TEST(GemmTest, Bf16FewRowsAndSmallBatchesAreTheSameAtAnyThreadCount) {
   if (!CpuHasAvx512Bf16()) GTEST_SKIP() << "no AVX-512 BF16: oneDNN splits these its own way";
   const int before = GemmThreads();
-  const int64_t m = 20, n = 100, k = 600, ldc = n + 3;
-  for (auto [ta, tb] : {std::pair(false, true), std::pair(false, false), std::pair(true, false)}) {
-    for (int64_t batch : {1, 2}) {
-      const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2;
-      const int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = m * ldc;
-      std::vector<float> a = Random(batch * sa, 120), b = Random(batch * sb, 121);
-      for (float& v : a) v = RoundTo(DType::kBF16, v);
-      for (float& v : b) v = RoundTo(DType::kBF16, v);
-      const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
-      std::vector<std::vector<char>> results;
-      for (int threads : {1, 2, 3}) {
-        SetGemmThreads(threads);
-        std::vector<char> out = Encode(DType::kF32, std::vector<float>(batch * sc, 9.0f));
-        ASSERT_TRUE(GemmBatched(batch, ta, tb, m, n, k, 1.0f, DType::kBF16, ea.data(), lda, sa,
-                                eb.data(), ldb, sb, 0.0f, DType::kF32, out.data(), ldc, sc)
-                        .ok());
-        for (int64_t q = 0; q < batch; ++q) {
-          const std::vector<float> aq(a.begin() + q * sa, a.begin() + (q + 1) * sa);
-          const std::vector<float> bq(b.begin() + q * sb, b.begin() + (q + 1) * sb);
-          const std::vector<double> ref = Reference(ta, tb, m, n, k, aq, lda, bq, ldb);
-          for (int64_t i = 0; i < m; ++i) {
-            for (int64_t j = 0; j < ldc; ++j) {
-              const double want = j < n ? ref[i * n + j] : 9.0;
-              ASSERT_NEAR(Decode(DType::kF32, out, q * sc + i * ldc + j), want,
-                          kF32Tol * (1 + std::fabs(want)))
-                  << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch " << batch << ", " << threads
-                  << " threads, product " << q << " at " << i << "," << j;
+  // C 100 wide; C wider than a range of AMX columns (which such a product
+  // runs as, at any thread count) with rows for two threads (each then
+  // splits its rows into columns) and too few for two (the threads take
+  // columns, and each splits its own). k from 512: without AMX these are
+  // the bf16 kernel's.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>(20, 100, 600),
+                         std::tuple<int64_t, int64_t, int64_t>(40, 1100, 520),
+                         std::tuple<int64_t, int64_t, int64_t>(20, 1100, 520)}) {
+    const int64_t ldc = n + 3;
+    SCOPED_TRACE(absl::StrCat(m, " x ", n, " x ", k));
+    for (auto [ta, tb] :
+         {std::pair(false, true), std::pair(false, false), std::pair(true, false)}) {
+      for (int64_t batch : {1, 2}) {
+        const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2;
+        const int64_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb, sc = m * ldc;
+        std::vector<float> a = Random(batch * sa, 120), b = Random(batch * sb, 121);
+        for (float& v : a) v = RoundTo(DType::kBF16, v);
+        for (float& v : b) v = RoundTo(DType::kBF16, v);
+        const std::vector<char> ea = Encode(DType::kBF16, a), eb = Encode(DType::kBF16, b);
+        std::vector<std::vector<char>> results;
+        for (int threads : {1, 2, 3}) {
+          SetGemmThreads(threads);
+          std::vector<char> out = Encode(DType::kF32, std::vector<float>(batch * sc, 9.0f));
+          ASSERT_TRUE(GemmBatched(batch, ta, tb, m, n, k, 1.0f, DType::kBF16, ea.data(), lda, sa,
+                                  eb.data(), ldb, sb, 0.0f, DType::kF32, out.data(), ldc, sc)
+                          .ok());
+          for (int64_t q = 0; q < batch; ++q) {
+            const std::vector<float> aq(a.begin() + q * sa, a.begin() + (q + 1) * sa);
+            const std::vector<float> bq(b.begin() + q * sb, b.begin() + (q + 1) * sb);
+            const std::vector<double> ref = Reference(ta, tb, m, n, k, aq, lda, bq, ldb);
+            for (int64_t i = 0; i < m; ++i) {
+              for (int64_t j = 0; j < ldc; ++j) {
+                const double want = j < n ? ref[i * n + j] : 9.0;
+                ASSERT_NEAR(Decode(DType::kF32, out, q * sc + i * ldc + j), want,
+                            kF32Tol * (1 + std::fabs(want)))
+                    << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch " << batch << ", " << threads
+                    << " threads, product " << q << " at " << i << "," << j;
+              }
             }
           }
+          results.push_back(std::move(out));
         }
-        results.push_back(std::move(out));
-      }
-      for (size_t i = 1; i < results.size(); ++i) {
-        EXPECT_TRUE(results[i] == results[0]) << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch "
-                                              << batch << ": " << i + 1 << " threads differ from 1";
-      }
-    }
-  }
-  // A fused bias: each range of columns adds its own part of it.
-  std::vector<float> a = Random(m * k, 122), w = Random(n * k, 123), bias = Random(n, 124);
-  for (std::vector<float>* v : {&a, &w, &bias}) {
-    for (float& x : *v) x = RoundTo(DType::kBF16, x);
-  }
-  const std::vector<char> ea = Encode(DType::kBF16, a), ew = Encode(DType::kBF16, w),
-                          eb = Encode(DType::kBF16, bias);
-  const std::vector<double> ref = Reference(false, true, m, n, k, a, k, w, k);
-  std::vector<std::vector<char>> results;
-  for (int threads : {1, 2, 3}) {
-    SetGemmThreads(threads);
-    std::vector<char> out = Encode(DType::kBF16, std::vector<float>(m * ldc, 9.0f));
-    ASSERT_TRUE(GemmBias(false, true, m, n, k, DType::kBF16, ea.data(), k, ew.data(), k, eb.data(),
-                         out.data(), ldc)
-                    .ok());
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < ldc; ++j) {
-        const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
-        ASSERT_NEAR(Decode(DType::kBF16, out, i * ldc + j), want,
-                    kBF16OutTol * (1 + std::fabs(want)))
-            << threads << " threads, bias at " << i << "," << j;
+        for (size_t i = 1; i < results.size(); ++i) {
+          EXPECT_TRUE(results[i] == results[0])
+              << (ta ? "T" : "N") << (tb ? "T" : "N") << " batch " << batch << ": " << i + 1
+              << " threads differ from 1";
+        }
       }
     }
-    results.push_back(std::move(out));
-  }
-  for (size_t i = 1; i < results.size(); ++i) {
-    EXPECT_TRUE(results[i] == results[0]) << "bias: " << i + 1 << " threads differ from 1";
+    // A fused bias: each range of columns adds its own part of it.
+    std::vector<float> a = Random(m * k, 122), w = Random(n * k, 123), bias = Random(n, 124);
+    for (std::vector<float>* v : {&a, &w, &bias}) {
+      for (float& x : *v) x = RoundTo(DType::kBF16, x);
+    }
+    const std::vector<char> ea = Encode(DType::kBF16, a), ew = Encode(DType::kBF16, w),
+                            eb = Encode(DType::kBF16, bias);
+    const std::vector<double> ref = Reference(false, true, m, n, k, a, k, w, k);
+    std::vector<std::vector<char>> results;
+    for (int threads : {1, 2, 3}) {
+      SetGemmThreads(threads);
+      std::vector<char> out = Encode(DType::kBF16, std::vector<float>(m * ldc, 9.0f));
+      ASSERT_TRUE(GemmBias(false, true, m, n, k, DType::kBF16, ea.data(), k, ew.data(), k,
+                           eb.data(), out.data(), ldc)
+                      .ok());
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < ldc; ++j) {
+          const double want = j < n ? ref[i * n + j] + bias[j] : 9.0;
+          ASSERT_NEAR(Decode(DType::kBF16, out, i * ldc + j), want,
+                      kBF16OutTol * (1 + std::fabs(want)))
+              << threads << " threads, bias at " << i << "," << j;
+        }
+      }
+      results.push_back(std::move(out));
+    }
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_TRUE(results[i] == results[0]) << "bias: " << i + 1 << " threads differ from 1";
+    }
   }
   SetGemmThreads(before);
 }
