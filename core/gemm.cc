@@ -281,9 +281,10 @@ bool PlainF32(float alpha, DType ab_dtype, float beta, DType c_dtype) {
 
 // Products of one to four rows (alpha 1, beta 0) go to
 // core/few_rows_gemm.h's kernels where the CPU has them, AMX CPUs included:
-// there oneDNN's AMX matmul (16-row tiles) took bf16 products of 3-4 rows and
-// k 128 1.2-1.5x faster, but 1-2 rows at 0.4-1.0x and d_model 512's products
-// of 2-4 rows at 0.4-1.0x on two threads (bench:gemm --cases=decode).
+// there oneDNN's AMX matmul (16-row tiles) ran bf16 products of 3-4 rows with
+// k 128 at 0.9-1.5x the kernels' speed, but one row at 0.3-0.5x, two at
+// 0.6-0.8x, and d_model 512's products of 2-4 rows at 0.4-0.9x on two threads
+// (bench:gemm --cases=decode).
 bool UseFewRows(bool trans_a, bool trans_b, int64_t m, float alpha, DType ab_dtype, float beta,
                 DType c_dtype) {
   return alpha == 1.0f && beta == 0.0f &&
