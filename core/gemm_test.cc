@@ -176,6 +176,43 @@ TEST(GemmTest, BF16InputsF32AndBF16Outputs) {
                          kBF16OutTol);
 }
 
+// bf16 products with C wider than one range of columns (where oneDNN runs
+// them on AMX, a range at a time): every layout, padded leading dims, alpha
+// and beta into an f32 C, a bf16 C, on one thread and two.
+TEST(GemmTest, WideBf16ProductsMatchReference) {
+  const int before = GemmThreads();
+  for (int threads : {1, 2}) {
+    SetGemmThreads(threads);
+    for (auto [ta, tb] :
+         {std::pair(false, false), std::pair(false, true), std::pair(true, false)}) {
+      ExpectMatchesReference({.ab = DType::kBF16,
+                              .ta = ta,
+                              .tb = tb,
+                              .m = 40,
+                              .n = 1100,
+                              .k = 70,
+                              .pad_a = 3,
+                              .pad_b = 5,
+                              .pad_c = 2,
+                              .alpha = 2.0f,
+                              .beta = 0.5f,
+                              .seed = 30},
+                             kF32Tol);
+      ExpectMatchesReference({.ab = DType::kBF16,
+                              .c = DType::kBF16,
+                              .ta = ta,
+                              .tb = tb,
+                              .m = 40,
+                              .n = 1100,
+                              .k = 70,
+                              .pad_c = 2,
+                              .seed = 31},
+                             kBF16OutTol);
+    }
+  }
+  SetGemmThreads(before);
+}
+
 TEST(GemmTest, F16InputsGoThroughF32) {
   const int64_t m = 3, n = 4, k = 5;
   std::vector<float> a = Random(m * k, 5), b = Random(n * k, 6);
