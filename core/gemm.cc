@@ -486,11 +486,15 @@ MatmulPart SubPart(const MatmulPart& p, bool columns, int64_t x0, int64_t x1) {
 // were slower than of 512. Each value is still one sum over k in order.
 constexpr int64_t kAmxMaxColumns = 512;
 
+// Whether oneDNN runs the key's product on AMX tiles.
+bool RunsOnAmx(const MatmulKey& key) {
+  return key.ab_dtype == DType::kBF16 && OneDnnRunsBf16OnAmx();
+}
+
 // Runs a product, or one thread's part of it, through oneDNN's matmul: as
 // column ranges where it is a wide bf16 product on AMX.
 absl::Status RunMatmulPart(const MatmulPart& p) {
-  if (p.key.batch > 1 || p.key.ab_dtype != DType::kBF16 || p.key.n <= kAmxMaxColumns ||
-      !OneDnnRunsBf16OnAmx()) {
+  if (p.key.batch > 1 || p.key.n <= kAmxMaxColumns || !RunsOnAmx(p.key)) {
     return RunMatmul(p.key, p.a, p.b, p.c, p.bias);
   }
   const int ranges = static_cast<int>((p.key.n + kAmxMaxColumns - 1) / kAmxMaxColumns);
@@ -520,9 +524,7 @@ absl::Status RunMatmulParts(int threads, PartFn part) {
 // of C instead, one one-thread primitive each, and each value is one sum
 // over k in order, as on one thread; the bf16 kernel's products, which
 // these replace, had that property.
-bool NeedsThreadInvariance(const MatmulKey& key) {
-  return key.ab_dtype == DType::kBF16 && OneDnnRunsBf16OnAmx();
-}
+bool NeedsThreadInvariance(const MatmulKey& key) { return RunsOnAmx(key); }
 
 // One 2-D product through oneDNN's matmul: as ranges of C's rows where
 // SplitsRows or (NeedsThreadInvariance) C has rows for every thread, else
