@@ -429,7 +429,7 @@ TEST(GemmTest, BiasIsAddedToEveryRow) {
 
 // Narrow f32 outputs (n of 16..64 columns, alpha 1, beta 0) take the
 // register-blocked kernel on AVX-512 CPUs (core/small_gemm.h): row counts
-// that are not a multiple of its blocks or of its 64-row work chunks, both
+// that are not a multiple of its blocks or of its work chunks (about 64), both
 // layouts of A, padded leading dims and strides, one and two threads,
 // batched and single; and a long reduction (B past L1), which the kernel
 // takes for rows of one register block (1 and 13 at n = 16).
