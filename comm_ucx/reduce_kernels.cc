@@ -9,15 +9,31 @@
 namespace tpx::ucx {
 namespace {
 
+// Compiles a loop twice, for AVX-512 (x86-64-v4) and for the build's
+// baseline, and picks one when the plugin loads. The bf16 loops so, with
+// ReduceTwo's single pass for bf16, ran a two-rank bf16 all-reduce of
+// 1-4 MiB 1.3-1.8x and a reduce-scatter 1.5-2.4x as fast on an Emerald
+// Rapids core (three alternations). The f32 loops, limited by memory, stay
+// on the baseline. A helper such a loop calls per element must be
+// always_inline, or GCC calls its baseline copy.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define TPX_PLUGIN_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define TPX_PLUGIN_CLONES
+#endif
+#define TPX_PLUGIN_INLINE inline __attribute__((always_inline))
+#define TPX_PLUGIN_LAMBDA __attribute__((always_inline))
+
 // bf16/f16 <-> f32 live here rather than in core/dtype so that the plugin
 // depends on the C ABI only, and so the loops vectorise (F16C for f16).
-inline float Bf16ToF32(uint16_t b) {
+TPX_PLUGIN_INLINE float Bf16ToF32(uint16_t b) {
   uint32_t u = static_cast<uint32_t>(b) << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline uint16_t F32ToBf16(float f) {  // round to nearest even, quiet NaN
+TPX_PLUGIN_INLINE uint16_t F32ToBf16(float f) {  // round to nearest even, quiet NaN
   uint32_t u;
   std::memcpy(&u, &f, 4);
   if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
@@ -25,10 +41,10 @@ inline uint16_t F32ToBf16(float f) {  // round to nearest even, quiet NaN
   return static_cast<uint16_t>(u >> 16);
 }
 
-void Bf16ToF32N(const uint16_t* src, float* dst, size_t n) {
+TPX_PLUGIN_CLONES void Bf16ToF32N(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(src[i]);
 }
-void F32ToBf16N(const float* src, uint16_t* dst, size_t n) {
+TPX_PLUGIN_CLONES void F32ToBf16N(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = F32ToBf16(src[i]);
 }
 void F16ToF32N(const uint16_t* src, float* dst, size_t n) {
@@ -84,6 +100,21 @@ void Reduce3Typed(tpx_reduce_op_t op, T* out, const T* a, const T* b, size_t n) 
     case TPX_REDUCE_MIN:
       for (size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
       break;
+  }
+}
+
+// out[i] = bf16(f(f32(in[i]), f32(partial[i])) / world), without the
+// division where world is 0: ReduceInto then FromAcc, the same bits, in one
+// pass. No restrict: `out` may be `in` or `partial`.
+template <typename F>
+TPX_PLUGIN_CLONES void ReduceBf16Pair(F f, uint16_t* out, const uint16_t* in,
+                                      const uint16_t* partial, size_t n, int world) {
+  if (world != 0) {
+    const float d = static_cast<float>(world);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = F32ToBf16(f(Bf16ToF32(in[i]), Bf16ToF32(partial[i])) / d);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = F32ToBf16(f(Bf16ToF32(in[i]), Bf16ToF32(partial[i])));
   }
 }
 
@@ -229,6 +260,27 @@ void ReduceTwo(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, void* out, cons
     ReduceInto(dtype, op, out, in, partial, n);
     FromAcc(dtype, op, world, out, out, n);
     return;
+  }
+  if (dtype == TPX_DTYPE_BF16) {
+    const int divide_by = op == TPX_REDUCE_AVG && world > 1 ? world : 0;
+    auto* o = static_cast<uint16_t*>(out);
+    const auto* a = static_cast<const uint16_t*>(in);
+    const auto* b = static_cast<const uint16_t*>(partial);
+    switch (op) {
+      case TPX_REDUCE_SUM:
+      case TPX_REDUCE_AVG:
+        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x + y; }, o, a, b, n,
+                              divide_by);
+      case TPX_REDUCE_PROD:
+        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x * y; }, o, a, b, n,
+                              divide_by);
+      case TPX_REDUCE_MAX:
+        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x < y ? y : x; }, o,
+                              a, b, n, divide_by);
+      case TPX_REDUCE_MIN:
+        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return y < x ? y : x; }, o,
+                              a, b, n, divide_by);
+    }
   }
   constexpr size_t kPiece = 1024;  // 4 KiB of f32: stays in L1 between the steps
   float acc[kPiece];

@@ -38,10 +38,11 @@ void ReduceInto(tpx_dtype_t dtype, tpx_reduce_op_t op, void* out, const void* in
 void FromAcc(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, const void* acc, void* dst,
              size_t n);
 // out[i] = narrow(widen(in[i]) (op) widen(partial[i])), all three in
-// `dtype`: ReduceInto then FromAcc, with the same bits, but for bf16/f16 in
-// cache-sized pieces through a buffer on the stack instead of three passes
-// over an accumulation array. `out` may be `in` or `partial` (each piece is
-// read before it is written), not overlap them otherwise.
+// `dtype`: ReduceInto then FromAcc, with the same bits, but for bf16 in one
+// pass and for f16 in cache-sized pieces through a buffer on the stack,
+// instead of three passes over an accumulation array. `out` may be `in` or
+// `partial` (each element or piece is read before it is written), not
+// overlap them otherwise.
 void ReduceTwo(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, void* out, const void* in,
                const void* partial, size_t n);
 
