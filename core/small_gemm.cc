@@ -30,6 +30,9 @@ constexpr int RowsPerBlock(int nv) { return nv == 1 ? 14 : nv == 2 ? 12 : nv == 
 
 // C[MR rows, 16 * NV] = op(A)[MR rows, k] B[k, 16 * NV]. op(A)'s element
 // (r, p) is a[r * ars + p * aps].
+// Every loop over the MR x NV accumulators is fully unrolled: GCC keeps an
+// array it cannot resolve at compile time in memory, and each multiply-add
+// then loads and stores its accumulator (a quarter of the speed at NV = 4).
 // kPrefetch: the next block's rows of A and of C are prefetched into L1
 // while this one runs, for batches of products (attention's per-head
 // products: each product's A and B arrive from L3, and a row of A, 512
