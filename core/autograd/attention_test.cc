@@ -32,12 +32,14 @@ struct Case {
 // 64-column tile (80), ones that are not a multiple of 16 (24, 40, 48),
 // odd ones (15, 33: bf16 pairs then straddle heads, so the pair form packs
 // its operands instead of reading them in place), many row chunks (t 300),
-// and rows of qkv far apart (b 8: the in-place reads ask for rows ahead).
+// rows of qkv far apart (b 8: the in-place reads ask for rows ahead), and
+// t and head_dim multiples of 32, which CPUs with AMX run on tiles (one to
+// four 16-column blocks of C, one to three row chunks).
 const Case kCases[] = {
-    {1, 1, 1, 16},  {1, 3, 2, 32},  {5, 2, 3, 32},   {16, 1, 1, 64}, {17, 3, 2, 64},
-    {33, 1, 4, 80}, {20, 2, 1, 24}, {70, 1, 2, 16},  {128, 2, 4, 32}, {45, 2, 4, 48},
-    {31, 3, 3, 40}, {49, 2, 1, 80}, {19, 2, 3, 15},  {40, 1, 2, 33},  {300, 1, 2, 32},
-    {40, 8, 4, 32},
+    {1, 1, 1, 16},  {1, 3, 2, 32},  {5, 2, 3, 32},  {16, 1, 1, 64},  {17, 3, 2, 64},
+    {33, 1, 4, 80}, {20, 2, 1, 24}, {70, 1, 2, 16}, {128, 2, 4, 32}, {45, 2, 4, 48},
+    {31, 3, 3, 40}, {49, 2, 1, 80}, {19, 2, 3, 15}, {40, 1, 2, 33},  {300, 1, 2, 32},
+    {40, 8, 4, 32}, {64, 2, 3, 64}, {32, 1, 2, 96}, {96, 3, 1, 32},
 };
 
 std::vector<float> Floats(const Tensor& t) { return t.To(DType::kF32)->ToVector<float>(); }
@@ -297,8 +299,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CausalSelfAttentionTest, ::testing::ValuesIn(kC
 // block). A query whose scores are all -inf gets a NaN row too (0 / 0, as
 // ScaledSoftmax and so the composed form give). t = 20 puts the rows on
 // both sides of a 16-key block edge.
-TEST(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
-  const Case c{20, 2, 2, 16};
+class CausalSelfAttentionNonFinite : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
+  const Case c = GetParam();
   const int64_t hd = c.heads * c.d, row = c.b * 3 * hd;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(DTypeName(dtype));
@@ -349,6 +353,11 @@ TEST(CausalSelfAttentionNonFinite, NanKeyAndAllNegativeInfinityRow) {
     }
   }
 }
+
+// t = 64, head_dim 32: the AMX form's tiles on CPUs that have them.
+INSTANTIATE_TEST_SUITE_P(Shapes, CausalSelfAttentionNonFinite,
+                         ::testing::Values(Case{20, 2, 2, 16}, Case{64, 2, 2, 32}),
+                         [](const auto& info) { return info.param.Name(); });
 
 TEST(CausalSelfAttentionGradcheck, QkvGradientMatchesFiniteDifferences) {
   for (const Case c : {Case{5, 2, 2, 16}, Case{1, 1, 1, 16}, Case{18, 1, 1, 24}}) {

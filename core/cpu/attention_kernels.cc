@@ -29,8 +29,12 @@
 // head_dim is packed first); the results are rounded into ctx or dqkv as
 // the tile stores them. P and dS are rounded to bf16 for the products that
 // consume them (as the composed bf16 ops do), and the tile accumulates in
-// f32. Elsewhere (or with TPX_ATTENTION_ISA=avx512 / baseline) bf16 is
-// widened to f32 on packing and runs the f32 form.
+// f32. On a CPU with AMX the same pair products run on AMX tiles (the AMX
+// form) where t and head_dim are multiples of 32, so that every product is
+// whole 16 x 16 tiles; there dS^T and P^T are transposed for their products
+// (a tile takes A only with its pairs along rows). Elsewhere (or with
+// TPX_ATTENTION_ISA=avx512 / baseline) bf16 is widened to f32 on packing
+// and runs the f32 form.
 //
 // The blocking depends only on t and head_dim, so results do not depend on
 // the thread count or on how many heads a rank holds.
@@ -66,7 +70,12 @@ namespace {
 
 constexpr int64_t kLanes = 16;     // floats per AVX-512 vector
 constexpr int64_t kMaxCols = 64;   // columns per tile (four vectors)
-constexpr int64_t kRowChunk = 24;  // score rows kept in L1 between its products
+// Score rows kept in L1 between their products: kRowChunk, or the AMX
+// form's kAmxRowChunk (whole 16-row tiles, and band edges on whole 32-key
+// steps); kMaxRowChunk bounds both.
+constexpr int64_t kRowChunk = 24;
+constexpr int64_t kAmxRowChunk = 32;
+constexpr int64_t kMaxRowChunk = 32;
 // Operands read in place from qkv (f32) have rows a whole row of qkv apart:
 // every row on its own page (the hardware prefetchers stop at pages) and
 // all of a head's rows in the same L1 set (8 ways). Rows kFarStride floats
@@ -131,6 +140,16 @@ struct Isa {
   ExpRowFn exp_row;
   PairTileFn pair_tile = nullptr;  // null: bf16 runs the f32 form
   PairTileBf16Fn pair_tile_bf16 = nullptr;
+  int64_t row_chunk = kRowChunk;
+  // The AMX form's pair tiles: band edges on whole steps of this many
+  // reduction elements (op(A) is zero there, as outside the band); op(A)
+  // only with its pairs along rows (aps 1), so the transposed products take
+  // A transposed first; and the tile configuration, loaded by each kernel
+  // thread before its products and released after them.
+  int64_t band_step = 1;
+  bool a_rows_only = false;
+  void (*begin_tiles)() = nullptr;
+  void (*end_tiles)() = nullptr;
 };
 
 // ---- AVX-512 ----
@@ -382,6 +401,145 @@ TPX_PAIR_TARGET void Avx512Bf16TileAny(
   }
 }
 
+// ---- AMX (Intel Xeon from Sapphire Rapids on): the pair products on
+// tiles, one tdpbf16ps multiplying a 16 x 16-pair block of A by a 16-pair x
+// 16 block of B into a 16 x 16 f32 block of C. Every tile has the same
+// shape, 16 rows of 64 bytes: tiles 0-3 hold up to four 16-column blocks of
+// C, tile 4 A's block, tiles 5-7 B's. The form needs whole tiles: 16 rows,
+// columns in 16s, the reduction in steps of 16 pairs (32 elements), and A
+// with its pairs along rows; the callers take it only for t and head_dim
+// multiples of 32 (PairIsa), where every product is whole tiles.
+
+#define TPX_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+
+constexpr int64_t kAmxRows = 16;   // rows of every tile
+constexpr int64_t kAmxPairs = 16;  // pairs per row of A's tile (rows of B's)
+constexpr int64_t kAmxBandStep = 2 * kAmxPairs;
+
+// ldtilecfg's operand (palette 1).
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// The configuration is per thread and oneDNN's AMX GEMMs load their own:
+// each kernel thread loads this one before its products and releases the
+// tiles after them (so that context switches do not keep saving them).
+TPX_AMX_TARGET void AmxBeginTiles() {
+  static const AmxTileConfig config = [] {
+    AmxTileConfig c;
+    for (int tile = 0; tile < 8; ++tile) {
+      c.bytes_per_row[tile] = 64;
+      c.rows[tile] = kAmxRows;
+    }
+    return c;
+  }();
+  _tile_loadconfig(&config);
+}
+
+TPX_AMX_TARGET void AmxEndTiles() { _tile_release(); }
+
+// C[16, 16 NV] = A[16, kp] B[kp, 16 NV] on pairs (kp a multiple of 16):
+// A's rows ars words apart, B's pair rows ldb apart, C's rows ldc apart (f32,
+// or bf16 rounded as FloatToBF16Array rounds).
+template <int NV, typename C>
+TPX_AMX_TARGET void AmxBlock(int64_t kp, const Pair* a, int64_t ars, const Pair* b, int64_t ldb,
+                             C* c, int64_t ldc) {
+  // The tile loads are asm statements that do not tell the compiler what
+  // they read: stores to the operands must be done before them.
+  asm volatile("" ::: "memory");
+  const int64_t sa = ars * static_cast<int64_t>(sizeof(Pair));
+  const int64_t sb = ldb * static_cast<int64_t>(sizeof(Pair));
+  _tile_zero(0);
+  if constexpr (NV > 1) _tile_zero(1);
+  if constexpr (NV > 2) _tile_zero(2);
+  if constexpr (NV > 3) _tile_zero(3);
+  for (int64_t p = 0; p < kp; p += kAmxPairs) {
+    const Pair* bp = b + p * ldb;
+    _tile_loadd(4, a + p, sa);
+    _tile_loadd(5, bp, sb);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (NV > 1) {
+      _tile_loadd(6, bp + kLanes, sb);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (NV > 2) {
+      _tile_loadd(7, bp + 2 * kLanes, sb);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (NV > 3) {
+      _tile_loadd(5, bp + 3 * kLanes, sb);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  // Tile numbers are immediates: the stores are spelled out per tile.
+  float* out;
+  int64_t ldo;
+  alignas(64) float rounded[kAmxRows * kMaxCols];
+  if constexpr (std::is_same_v<C, float>) {
+    out = c;
+    ldo = ldc;
+  } else {
+    out = rounded;
+    ldo = kMaxCols;
+  }
+  const int64_t so = ldo * static_cast<int64_t>(sizeof(float));
+  _tile_stored(0, out, so);
+  if constexpr (NV > 1) _tile_stored(1, out + kLanes, so);
+  if constexpr (NV > 2) _tile_stored(2, out + 2 * kLanes, so);
+  if constexpr (NV > 3) _tile_stored(3, out + 3 * kLanes, so);
+  if constexpr (!std::is_same_v<C, float>) {
+    for (int64_t r = 0; r < kAmxRows; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        StoreBF16Lanes(c + r * ldc + v * kLanes,
+                       _mm512_load_ps(rounded + r * kMaxCols + v * kLanes),
+                       static_cast<__mmask16>(0xffff));
+      }
+    }
+  }
+}
+
+// PairTileOf on tiles: rows 16, w a multiple of 16, kp of 16, aps 1.
+template <typename C>
+TPX_AMX_TARGET void AmxTileAny(int64_t, int64_t w, int64_t kp, const Pair* a, int64_t ars, int64_t,
+                               const Pair* b, int64_t ldb, C* c, int64_t ldc) {
+  switch (w / kLanes) {
+    case 1:
+      return AmxBlock<1>(kp, a, ars, b, ldb, c, ldc);
+    case 2:
+      return AmxBlock<2>(kp, a, ars, b, ldb, c, ldc);
+    case 3:
+      return AmxBlock<3>(kp, a, ars, b, ldb, c, ldc);
+    default:
+      return AmxBlock<4>(kp, a, ars, b, ldb, c, ldc);
+  }
+}
+
+int AmxRowsPerTile(int64_t) { return kAmxRows; }
+
+// dst[j * ldd + i] = src[i * lds + j] for i < 16 and j < n (a multiple of
+// 16): 16 rows of words into 16 columns of a wider block.
+TPX_AVX512F_TARGET void TransposeSixteenRows(const Pair* src, int64_t lds, int64_t n, Pair* dst,
+                                             int64_t ldd) {
+  for (int64_t j = 0; j < n; j += kLanes) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      r[i] = _mm512_castsi512_ps(_mm512_loadu_si512(src + i * lds + j));
+    }
+    Transpose16x16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      _mm512_storeu_si512(dst + (j + i) * ldd, _mm512_castps_si512(r[i]));
+    }
+  }
+}
+
 // ---- Portable (the build's baseline ISA; auto-vectorised) ----
 
 void PortableTile(int64_t rows, int64_t w, int64_t k, const float* a, int64_t ars, int64_t aps,
@@ -428,18 +586,24 @@ void PortableTranspose(const void* x, int64_t ldx, int64_t t, int64_t d, int64_t
   Transpose(static_cast<const float*>(x), ldx, t, d, tp, static_cast<float*>(xt));
 }
 
+// TPX_ATTENTION_ISA: the form asked for, to test or compare the forms on
+// one machine: "amx" (the AMX form where the CPU has it and the shape fits,
+// else the f32 form), "avx512_bf16" (the pair tile wherever the CPU has
+// AVX-512 BF16), "avx512" (bf16 widened to f32) or "baseline" (the portable
+// tile for everything); empty: the CPU's best.
+std::string_view ForcedForm() {
+  const char* env = std::getenv("TPX_ATTENTION_ISA");
+  return env != nullptr ? env : "";
+}
+
 // AVX-512, and the bf16 pair tile where the CPU has AVX-512 BF16 but no
 // AMX: CPUs with AMX (Intel Xeon from Sapphire Rapids on) run vdpbf16ps at
 // half the f32 FMA rate, and bench:attention's bf16 step at 1 thread ran
-// 1.3-1.7x faster there in the f32 form (head_dim 32, t 128).
-// TPX_ATTENTION_ISA picks a form, to test or compare them on the same
-// machine: "avx512_bf16" (the pair tile wherever the CPU has AVX-512 BF16),
-// "avx512" (bf16 widened to f32) or "baseline" (the portable tile for
-// everything).
+// 1.3-1.7x faster there in the f32 form (head_dim 32, t 128). Those CPUs
+// run bf16 in the AMX form where the shape fits (AmxIsa).
 const Isa& ActiveIsa() {
   static const Isa isa = [] {
-    const char* env = std::getenv("TPX_ATTENTION_ISA");
-    const std::string_view forced = env != nullptr ? env : "";
+    const std::string_view forced = ForcedForm();
     if (forced != "baseline" && CpuHasAvx512F()) {
       const bool pairs = forced == "avx512_bf16" || (forced.empty() && !CpuHasAmxBf16());
       if (pairs && CpuHasAvx512Bf16()) {
@@ -449,6 +613,25 @@ const Isa& ActiveIsa() {
       return Isa{&Avx512TileAny, &Avx512RowsPerTile, &Avx512Transpose, &Avx512ExpRow};
     }
     return Isa{&PortableTile, &PortableRowsPerTile, &PortableTranspose, &ExpRow};
+  }();
+  return isa;
+}
+
+// The AMX form of the pair products where the CPU has AMX-BF16 (and the
+// form is not forced to another), else null. Its softmax steps, transposes
+// and f32 products are AVX-512's.
+const Isa* AmxIsa() {
+  static const Isa* isa = []() -> const Isa* {
+    const std::string_view forced = ForcedForm();
+    if (!(forced.empty() || forced == "amx") || !CpuHasAmxBf16() || !CpuHasAvx512Bf16()) {
+      return nullptr;
+    }
+    // No f32 tile: the rows per tile are the tiles'.
+    static const Isa amx{/*tile=*/nullptr, &AmxRowsPerTile,    &Avx512Transpose,
+                         &Avx512ExpRow,    &AmxTileAny<float>, &AmxTileAny<BF16>,
+                         kAmxRowChunk,     kAmxBandStep,       /*a_rows_only=*/true,
+                         &AmxBeginTiles,   &AmxEndTiles};
+    return &amx;
   }();
   return isa;
 }
@@ -481,15 +664,16 @@ using PairProduct = ProductOf<Pair>;
 using PairToBf16Product = ProductOf<Pair, BF16>;
 
 template <typename W, typename C, typename Tile>
-void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<W, C>& p) {
+void RunBandedProduct(Tile tile, const Isa& isa, const ProductOf<W, C>& p) {
   constexpr int64_t kPer = std::is_same_v<W, Pair> ? 2 : 1;  // elements per word
+  const int64_t step = std::max(kPer, isa.band_step);        // of band edges
   const int64_t groups = std::min<int64_t>((p.n + kLanes - 1) / kLanes, kMaxCols / kLanes);
-  const int64_t mr = rows_per_tile(std::max<int64_t>(groups, 1));
+  const int64_t mr = isa.rows_per_tile(std::max<int64_t>(groups, 1));
   for (int64_t r0 = 0; r0 < p.m; r0 += mr) {
     const int64_t rows = std::min(mr, p.m - r0), end = p.row0 + r0 + rows;
     int64_t p0 = 0, p1 = p.k;
-    if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, kPer));
-    if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / kPer * kPer);
+    if (p.band == Band::kUpTo) p1 = std::min(p.k, RoundUp(end, step));
+    if (p.band == Band::kFrom) p0 = std::min(p.k, (p.row0 + r0) / step * step);
     const int64_t cols = p.causal_cols ? std::min(p.n, RoundUp(end, kLanes)) : p.n;
     // The next row block's far rows of op(A) (when its rows are contiguous)
     // and of C, so that its first reduction steps and its stores do not
@@ -512,14 +696,10 @@ void RunBandedProduct(Tile tile, int (*rows_per_tile)(int64_t), const ProductOf<
   }
 }
 
-void RunProduct(const Isa& isa, const Product& p) {
-  RunBandedProduct(isa.tile, isa.rows_per_tile, p);
-}
-void RunProduct(const Isa& isa, const PairProduct& p) {
-  RunBandedProduct(isa.pair_tile, isa.rows_per_tile, p);
-}
+void RunProduct(const Isa& isa, const Product& p) { RunBandedProduct(isa.tile, isa, p); }
+void RunProduct(const Isa& isa, const PairProduct& p) { RunBandedProduct(isa.pair_tile, isa, p); }
 void RunProduct(const Isa& isa, const PairToBf16Product& p) {
-  RunBandedProduct(isa.pair_tile_bf16, isa.rows_per_tile, p);
+  RunBandedProduct(isa.pair_tile_bf16, isa, p);
 }
 
 // The unnormalised half of a softmax row, in two steps (RowMax, then the
@@ -612,7 +792,7 @@ void SoftmaxChunk(const Isa& isa, float* s, int64_t c0, int64_t rows, int64_t t,
   // Each step for all the rows before the next: a row's sum is one chain of
   // dependent additions, and with nothing in between, the chains of
   // consecutive rows overlap.
-  float mx[kRowChunk], sum[kRowChunk];
+  float mx[kMaxRowChunk], sum[kMaxRowChunk];
   for (int64_t i = c0; i < c0 + rows; ++i) {
     mx[i - c0] = RowMax(s + (i - c0) * tp, i + 1, RoundUp(i + 1, kLanes), scale);
   }
@@ -674,7 +854,7 @@ void CausalRowDots(const float* ds, int64_t c0, int64_t rows, int64_t t, const f
 void SoftmaxBackwardChunk(float* ds, int64_t c0, int64_t rows, int64_t t, const float* p,
                           float scale) {
   const int64_t tp = RoundUp(t, kLanes);
-  float dot[kRowChunk];
+  float dot[kMaxRowChunk];
   CausalRowDots(ds, c0, rows, t, p, dot);
   for (int64_t i = c0; i < c0 + rows; ++i) {
     float* row = ds + (i - c0) * tp;
@@ -696,7 +876,7 @@ TPX_PAIR_TARGET void SoftmaxBackwardChunkPairs(const float* ds, int64_t c0, int6
                                                const float* p, float scale, Pair* dsr, Pair* dsi,
                                                Pair* pi) {
   const int64_t tp = RoundUp(t, kLanes);
-  float dot[kRowChunk];
+  float dot[kMaxRowChunk];
   CausalRowDots(ds, c0, rows, t, p, dot);
   const int64_t end = std::min(tp, RoundUp(c0 + rows, 2));
   // Pair k takes lane k of the first row's rounded half and of the second's.
@@ -1145,22 +1325,39 @@ void AttentionBackward(const Layout& L, const T* qkv, const T* grad, const float
   });
 }
 
-// The bf16 pair form of AttentionForward.
-void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* stats,
-                           float scale) {
-  const Isa& isa = ActiveIsa();
+// A kernel thread's stretch of pair products: the tiles configured for it
+// where the form has tiles.
+class TileScope {
+ public:
+  explicit TileScope(const Isa& isa) : isa_(isa) {
+    if (isa_.begin_tiles != nullptr) isa_.begin_tiles();
+  }
+  ~TileScope() {
+    if (isa_.end_tiles != nullptr) isa_.end_tiles();
+  }
+  TileScope(const TileScope&) = delete;
+  TileScope& operator=(const TileScope&) = delete;
+
+ private:
+  const Isa& isa_;
+};
+
+// The bf16 pair form of AttentionForward, with the pair tile of `isa`.
+void AttentionForwardPairs(const Isa& isa, const Layout& L, const BF16* qkv, BF16* ctx,
+                           float* stats, float scale) {
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
-  const int64_t block = tp * dw;
+  const int64_t block = tp * dw, chunk = isa.row_chunk;
   ParallelFor(L.tasks(), L.group * t * (t + 4 * d), [&](int64_t first, int64_t last) {
     // Zeroed once per call as fresh vectors were: padding that the packing
     // and rounding never write stays zero for every task.
-    Scratch scratch({PackedPairsSize(3, L, block), dw * tp, tp / 2 * d, kRowChunk * tp / 2,
-                     kRowChunk * tp});
+    Scratch scratch(
+        {PackedPairsSize(3, L, block), dw * tp, tp / 2 * d, chunk * tp / 2, chunk * tp});
     Pair* const in = scratch.TakeZeroed<Pair>(PackedPairsSize(3, L, block));
     Pair* const kt = scratch.TakeZeroed<Pair>(dw * tp);
     Pair* const vi = scratch.TakeZeroed<Pair>(tp / 2 * d);
-    Pair* const p = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
-    float* const s = scratch.TakeZeroed<float>(kRowChunk * tp);
+    Pair* const p = scratch.TakeZeroed<Pair>(chunk * tp / 2);
+    float* const s = scratch.TakeZeroed<float>(chunk * tp);
+    const TileScope tiles(isa);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
       const Blocks<const Pair> x = PairBlocks(qkv, 3, L, bi, h0, hn, block, in);
@@ -1171,8 +1368,8 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* s
         float* st = HeadStats(stats, L, bi, h0 + h);
         isa.transpose(x.at(1, h), x.ld, t, dw, tp, kt);
         InterleavePairRows(x.at(2, h), x.ld, t, d, vi);
-        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
-          const int64_t rows = std::min(kRowChunk, t - c0);
+        for (int64_t c0 = 0; c0 < t; c0 += chunk) {
+          const int64_t rows = std::min(chunk, t - c0);
           ScoresChunk(isa, q, x.ld, kt, 2 * dw, c0, rows, t, s);
           // P rounded to bf16 over the columns P v reads.
           SoftmaxChunk(isa, s, c0, rows, t, scale, st, p);
@@ -1186,18 +1383,24 @@ void AttentionForwardPairs(const Layout& L, const BF16* qkv, BF16* ctx, float* s
   });
 }
 
-// The bf16 pair form of AttentionBackward. dS, rounded to bf16, is laid out
-// twice over: pairs along rows for dq = dS k, pairs across rows for the
-// transposed product dk = dS^T q; P, for dv = P^T dO, only the latter way.
-void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
+// The bf16 pair form of AttentionBackward, with the pair tile of `isa`. dS,
+// rounded to bf16, is laid out twice over: pairs along rows for dq = dS k,
+// pairs across rows for the transposed product dk = dS^T q; P, for dv =
+// P^T dO, only the latter way. A tile that takes A only with pairs along
+// its rows (AMX) gets dS^T and P^T as such: each chunk's pairs across rows
+// (a chunk-sized dsi and pi) are transposed into dst and pt ([tp, tp / 2]:
+// row j holds key j's pairs of queries).
+void AttentionBackwardPairs(const Isa& isa, const Layout& L, const BF16* qkv, const BF16* grad,
                             const float* stats, BF16* dqkv, float scale) {
-  const Isa& isa = ActiveIsa();
   const int64_t t = L.t, d = L.d, tp = RoundUp(t, kLanes), dw = (d + 1) / 2;
-  const int64_t block = tp * dw;
+  const int64_t block = tp * dw, chunk = isa.row_chunk;
+  const bool transposed = isa.a_rows_only;
+  const int64_t across = transposed ? chunk / 2 * tp : tp / 2 * tp;  // dsi, pi
+  const int64_t rows_of_t = transposed ? tp * tp / 2 : 0;            // dst, pt
   ParallelFor(L.tasks(), L.group * t * (3 * t + 8 * d), [&](int64_t first, int64_t last) {
-    Scratch scratch({PackedPairsSize(3, L, block), PackedPairsSize(1, L, block), dw * tp,
-                     dw * tp, tp / 2 * d, tp / 2 * d, tp / 2 * d, kRowChunk * tp / 2,
-                     tp / 2 * tp, tp / 2 * tp, kRowChunk * tp, kRowChunk * tp});
+    Scratch scratch({PackedPairsSize(3, L, block), PackedPairsSize(1, L, block), dw * tp, dw * tp,
+                     tp / 2 * d, tp / 2 * d, tp / 2 * d, chunk * tp / 2, across, across, rows_of_t,
+                     rows_of_t, chunk * tp, chunk * tp});
     Pair* const in = scratch.TakeZeroed<Pair>(PackedPairsSize(3, L, block));
     Pair* const gin = scratch.TakeZeroed<Pair>(PackedPairsSize(1, L, block));
     Pair* const kt = scratch.TakeZeroed<Pair>(dw * tp);
@@ -1205,11 +1408,14 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
     Pair* const qi = scratch.TakeZeroed<Pair>(tp / 2 * d);
     Pair* const ki = scratch.TakeZeroed<Pair>(tp / 2 * d);
     Pair* const gi = scratch.TakeZeroed<Pair>(tp / 2 * d);
-    Pair* const dsr = scratch.TakeZeroed<Pair>(kRowChunk * tp / 2);
-    Pair* const dsi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
-    Pair* const pi = scratch.TakeZeroed<Pair>(tp / 2 * tp);
-    float* const ds = scratch.TakeZeroed<float>(kRowChunk * tp);
-    float* const pc = scratch.TakeZeroed<float>(kRowChunk * tp);
+    Pair* const dsr = scratch.TakeZeroed<Pair>(chunk * tp / 2);
+    Pair* const dsi = scratch.TakeZeroed<Pair>(across);
+    Pair* const pi = scratch.TakeZeroed<Pair>(across);
+    Pair* const dst = scratch.TakeZeroed<Pair>(rows_of_t);
+    Pair* const pt = scratch.TakeZeroed<Pair>(rows_of_t);
+    float* const ds = scratch.TakeZeroed<float>(chunk * tp);
+    float* const pc = scratch.TakeZeroed<float>(chunk * tp);
+    const TileScope tiles(isa);
     for (int64_t task = first; task < last; ++task) {
       const auto [bi, h0, hn] = L.task(task);
       const Blocks<const Pair> x = PairBlocks(qkv, 3, L, bi, h0, hn, block, in);
@@ -1226,8 +1432,8 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
         BF16* dq = y.at(0, h);
         BF16* dk = y.at(1, h);
         BF16* dv = y.at(2, h);
-        for (int64_t c0 = 0; c0 < t; c0 += kRowChunk) {
-          const int64_t rows = std::min(kRowChunk, t - c0);
+        for (int64_t c0 = 0; c0 < t; c0 += chunk) {
+          const int64_t rows = std::min(chunk, t - c0);
           // P as the forward computed it, then dP = dO v^T and dS (rounded
           // into dsr).
           ScoresChunk(isa, x.at(0, h), x.ld, kt, 2 * dw, c0, rows, t, pc);
@@ -1237,25 +1443,61 @@ void AttentionBackwardPairs(const Layout& L, const BF16* qkv, const BF16* grad,
                                       .c = ds, .ldc = tp, .causal_cols = true,
                                       .row0 = c0});
           // The chunk's rows are zero from column c0 + rows on: only the
-          // columns before it are rounded (the rest of dsi and pi is never
-          // written, so stays zero). kRowChunk is even: a chunk holds whole
-          // row pairs.
-          SoftmaxBackwardChunkPairs(ds, c0, rows, t, pc, scale, dsr, dsi + c0 / 2 * tp,
-                                    pi + c0 / 2 * tp);
+          // columns before it are rounded (the rest of dsi and pi, or of dst
+          // and pt, is never written, so stays zero). Chunks are even: a
+          // chunk holds whole row pairs.
+          if (transposed) {
+            // AMX chunks: 16 row pairs, keys up to c0 + rows in whole 16s.
+            SoftmaxBackwardChunkPairs(ds, c0, rows, t, pc, scale, dsr, dsi, pi);
+            TransposeSixteenRows(dsi, tp, c0 + rows, dst + c0 / 2, tp / 2);
+            TransposeSixteenRows(pi, tp, c0 + rows, pt + c0 / 2, tp / 2);
+          } else {
+            SoftmaxBackwardChunkPairs(ds, c0, rows, t, pc, scale, dsr, dsi + c0 / 2 * tp,
+                                      pi + c0 / 2 * tp);
+          }
           RunProduct(isa, PairToBf16Product{.m = rows, .n = d, .k = tp, .a = dsr,
                                             .ars = tp / 2, .aps = 1, .b = ki, .ldb = d,
                                             .c = dq + c0 * y.ld, .ldc = y.ld,
                                             .band = Band::kUpTo, .row0 = c0});
         }
-        RunProduct(isa, PairToBf16Product{.m = t, .n = d, .k = tp, .a = dsi, .ars = 1,
-                                          .aps = tp, .b = qi, .ldb = d, .c = dk, .ldc = y.ld,
+        // op(A) = dS^T (P^T): pair (r, pp) at dsi[pp tp + r], or dst[r tp / 2 + pp].
+        const int64_t ars = transposed ? tp / 2 : 1, aps = transposed ? 1 : tp;
+        RunProduct(isa, PairToBf16Product{.m = t,
+                                          .n = d,
+                                          .k = tp,
+                                          .a = transposed ? dst : dsi,
+                                          .ars = ars,
+                                          .aps = aps,
+                                          .b = qi,
+                                          .ldb = d,
+                                          .c = dk,
+                                          .ldc = y.ld,
                                           .band = Band::kFrom});
-        RunProduct(isa, PairToBf16Product{.m = t, .n = d, .k = tp, .a = pi, .ars = 1,
-                                          .aps = tp, .b = gi, .ldb = d, .c = dv, .ldc = y.ld,
+        RunProduct(isa, PairToBf16Product{.m = t,
+                                          .n = d,
+                                          .k = tp,
+                                          .a = transposed ? pt : pi,
+                                          .ars = ars,
+                                          .aps = aps,
+                                          .b = gi,
+                                          .ldb = d,
+                                          .c = dv,
+                                          .ldc = y.ld,
                                           .band = Band::kFrom});
       }
     }
   });
+}
+
+// The form bf16 runs in for this shape, with its pair tile; null: the f32
+// form. The AMX form needs whole tiles everywhere: t and head_dim multiples
+// of 32 (keys and queries in whole row chunks and reduction steps, the head
+// dimension in whole 16-column blocks and steps).
+const Isa* PairIsa(const Layout& L) {
+  const Isa* amx = AmxIsa();
+  if (amx != nullptr && L.t % kAmxRowChunk == 0 && L.d % kAmxBandStep == 0) return amx;
+  const Isa& isa = ActiveIsa();
+  return isa.pair_tile != nullptr ? &isa : nullptr;
 }
 
 }  // namespace
@@ -1266,8 +1508,8 @@ absl::Status CpuDeviceKernels::CausalSelfAttention(const Tensor& ctx, const Tens
                                                    double scale) {
   const Layout layout(t, b, heads, head_dim);
   float* st = stats.defined() ? stats.data<float>() : nullptr;
-  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
-    AttentionForwardPairs(layout, qkv.data<BF16>(), ctx.data<BF16>(), st,
+  if (const Isa* pairs = PairIsa(layout); qkv.dtype() == DType::kBF16 && pairs != nullptr) {
+    AttentionForwardPairs(*pairs, layout, qkv.data<BF16>(), ctx.data<BF16>(), st,
                           static_cast<float>(scale));
     return absl::OkStatus();
   }
@@ -1284,9 +1526,9 @@ absl::Status CpuDeviceKernels::CausalSelfAttentionBackward(const Tensor& dqkv,
                                                            int64_t t, int64_t b, int64_t heads,
                                                            int64_t head_dim, double scale) {
   const Layout layout(t, b, heads, head_dim);
-  if (qkv.dtype() == DType::kBF16 && ActiveIsa().pair_tile != nullptr) {
-    AttentionBackwardPairs(layout, qkv.data<BF16>(), grad_ctx.data<BF16>(), stats.data<float>(),
-                           dqkv.data<BF16>(), static_cast<float>(scale));
+  if (const Isa* pairs = PairIsa(layout); qkv.dtype() == DType::kBF16 && pairs != nullptr) {
+    AttentionBackwardPairs(*pairs, layout, qkv.data<BF16>(), grad_ctx.data<BF16>(),
+                           stats.data<float>(), dqkv.data<BF16>(), static_cast<float>(scale));
     return absl::OkStatus();
   }
   DispatchFloat(qkv.dtype(), [&](auto tag) {
