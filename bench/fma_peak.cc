@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/amx_tile_config.h"
 #include "core/cpu_features.h"
 
 namespace tpx::bench {
@@ -89,23 +90,9 @@ __attribute__((target("avx512f,avx512bf16"))) double ChainAvx512Bf16(float* sink
   return kAvx512Bf16Flops * static_cast<double>(iterations);
 }
 
-// The tiles' layout for ldtilecfg (palette 1): tiles 0 to kAmxChains - 1
-// are 16 x 16 f32 accumulators, then A (16 rows of 32 bf16) and B (16 rows
-// of 16 bf16 pairs); all 16 rows of 64 bytes.
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
 __attribute__((target("amx-tile,amx-bf16"))) double ChainAmxBf16(float* sink, int64_t iterations) {
-  AmxTileConfig config;
-  for (int t = 0; t < kAmxChains + 2; ++t) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
+  // Tiles 0 to kAmxChains - 1 are the accumulators, then A and B.
+  static const AmxTileConfig config = FullAmxTiles(kAmxChains + 2);
   _tile_loadconfig(&config);
   // Tile numbers are immediates: the accumulators below are spelled out.
   static_assert(kAmxChains == 6, "ChainAmxBf16 names tiles 0-5 as accumulators");

@@ -52,6 +52,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/amx_tile_config.h"
 #include "core/cpu/bf16_convert.h"
 #include "core/cpu/cpu_kernels.h"
 #include "core/cpu/loops.h"
@@ -417,27 +418,11 @@ constexpr int64_t kAmxRows = 16;   // rows of every tile
 constexpr int64_t kAmxPairs = 16;  // pairs per row of A's tile (rows of B's)
 constexpr int64_t kAmxBandStep = 2 * kAmxPairs;
 
-// ldtilecfg's operand (palette 1).
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // The configuration is per thread and oneDNN's AMX GEMMs load their own:
 // each kernel thread loads this one before its products and releases the
 // tiles after them (so that context switches do not keep saving them).
 TPX_AMX_TARGET void AmxBeginTiles() {
-  static const AmxTileConfig config = [] {
-    AmxTileConfig c;
-    for (int tile = 0; tile < 8; ++tile) {
-      c.bytes_per_row[tile] = 64;
-      c.rows[tile] = kAmxRows;
-    }
-    return c;
-  }();
+  static const AmxTileConfig config = FullAmxTiles(8);
   _tile_loadconfig(&config);
 }
 
@@ -1460,30 +1445,24 @@ void AttentionBackwardPairs(const Isa& isa, const Layout& L, const BF16* qkv, co
                                             .c = dq + c0 * y.ld, .ldc = y.ld,
                                             .band = Band::kUpTo, .row0 = c0});
         }
-        // op(A) = dS^T (P^T): pair (r, pp) at dsi[pp tp + r], or dst[r tp / 2 + pp].
-        const int64_t ars = transposed ? tp / 2 : 1, aps = transposed ? 1 : tp;
-        RunProduct(isa, PairToBf16Product{.m = t,
-                                          .n = d,
-                                          .k = tp,
-                                          .a = transposed ? dst : dsi,
-                                          .ars = ars,
-                                          .aps = aps,
-                                          .b = qi,
-                                          .ldb = d,
-                                          .c = dk,
-                                          .ldc = y.ld,
-                                          .band = Band::kFrom});
-        RunProduct(isa, PairToBf16Product{.m = t,
-                                          .n = d,
-                                          .k = tp,
-                                          .a = transposed ? pt : pi,
-                                          .ars = ars,
-                                          .aps = aps,
-                                          .b = gi,
-                                          .ldb = d,
-                                          .c = dv,
-                                          .ldc = y.ld,
-                                          .band = Band::kFrom});
+        // dk = dS^T q, dv = P^T dO. op(A)'s pair (r, pp) is at across[pp tp + r]
+        // (dsi, pi), or rows[r tp / 2 + pp] (dst, pt) for the AMX tiles.
+        auto transposed_product = [&](const Pair* across, const Pair* rows, const Pair* b,
+                                      BF16* c) {
+          RunProduct(isa, PairToBf16Product{.m = t,
+                                            .n = d,
+                                            .k = tp,
+                                            .a = transposed ? rows : across,
+                                            .ars = transposed ? tp / 2 : 1,
+                                            .aps = transposed ? 1 : tp,
+                                            .b = b,
+                                            .ldb = d,
+                                            .c = c,
+                                            .ldc = y.ld,
+                                            .band = Band::kFrom});
+        };
+        transposed_product(dsi, dst, qi, dk);
+        transposed_product(pi, pt, gi, dv);
       }
     }
   });
