@@ -64,43 +64,41 @@ void F32ToF16N(const float* src, uint16_t* dst, size_t n) {
   for (; i < n; ++i) dst[i] = _cvtss_sh(src[i], _MM_FROUND_TO_NEAREST_INT);
 }
 
-template <typename T>
-void ReduceTyped(tpx_reduce_op_t op, T* __restrict acc, const T* __restrict in, size_t n) {
+// Calls body(f) with f(x, y) = x (op) y: the one definition of how each
+// reduction op combines two values, for every loop below.
+template <typename Body>
+TPX_PLUGIN_INLINE void WithCombine(tpx_reduce_op_t op, Body&& body) {
   switch (op) {
     case TPX_REDUCE_SUM:
     case TPX_REDUCE_AVG:
-      for (size_t i = 0; i < n; ++i) acc[i] += in[i];
-      break;
+      return body([](auto x, auto y) TPX_PLUGIN_LAMBDA { return x + y; });
     case TPX_REDUCE_PROD:
-      for (size_t i = 0; i < n; ++i) acc[i] *= in[i];
-      break;
+      return body([](auto x, auto y) TPX_PLUGIN_LAMBDA { return x * y; });
     case TPX_REDUCE_MAX:
-      for (size_t i = 0; i < n; ++i) acc[i] = acc[i] < in[i] ? in[i] : acc[i];
-      break;
+      return body([](auto x, auto y) TPX_PLUGIN_LAMBDA { return x < y ? y : x; });
     case TPX_REDUCE_MIN:
-      for (size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
-      break;
+      return body([](auto x, auto y) TPX_PLUGIN_LAMBDA { return y < x ? y : x; });
   }
 }
 
+// acc = acc (op) in, elementwise.
+template <typename T, typename F>
+void ReduceTypedWith(F f, T* __restrict acc, const T* __restrict in, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = f(acc[i], in[i]);
+}
+template <typename T>
+void ReduceTyped(tpx_reduce_op_t op, T* acc, const T* in, size_t n) {
+  WithCombine(op, [&](auto f) TPX_PLUGIN_LAMBDA { ReduceTypedWith(f, acc, in, n); });
+}
+
 // out = a (op) b, elementwise; no restrict: `out` may alias an input.
+template <typename T, typename F>
+void Reduce3TypedWith(F f, T* out, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+}
 template <typename T>
 void Reduce3Typed(tpx_reduce_op_t op, T* out, const T* a, const T* b, size_t n) {
-  switch (op) {
-    case TPX_REDUCE_SUM:
-    case TPX_REDUCE_AVG:
-      for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-      break;
-    case TPX_REDUCE_PROD:
-      for (size_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
-      break;
-    case TPX_REDUCE_MAX:
-      for (size_t i = 0; i < n; ++i) out[i] = a[i] < b[i] ? b[i] : a[i];
-      break;
-    case TPX_REDUCE_MIN:
-      for (size_t i = 0; i < n; ++i) out[i] = b[i] < a[i] ? b[i] : a[i];
-      break;
-  }
+  WithCombine(op, [&](auto f) TPX_PLUGIN_LAMBDA { Reduce3TypedWith(f, out, a, b, n); });
 }
 
 // out[i] = bf16(f(f32(in[i]), f32(partial[i])) / world), without the
@@ -266,21 +264,8 @@ void ReduceTwo(tpx_dtype_t dtype, tpx_reduce_op_t op, int world, void* out, cons
     auto* o = static_cast<uint16_t*>(out);
     const auto* a = static_cast<const uint16_t*>(in);
     const auto* b = static_cast<const uint16_t*>(partial);
-    switch (op) {
-      case TPX_REDUCE_SUM:
-      case TPX_REDUCE_AVG:
-        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x + y; }, o, a, b, n,
-                              divide_by);
-      case TPX_REDUCE_PROD:
-        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x * y; }, o, a, b, n,
-                              divide_by);
-      case TPX_REDUCE_MAX:
-        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return x < y ? y : x; }, o,
-                              a, b, n, divide_by);
-      case TPX_REDUCE_MIN:
-        return ReduceBf16Pair([](float x, float y) TPX_PLUGIN_LAMBDA { return y < x ? y : x; }, o,
-                              a, b, n, divide_by);
-    }
+    WithCombine(op, [&](auto f) TPX_PLUGIN_LAMBDA { ReduceBf16Pair(f, o, a, b, n, divide_by); });
+    return;
   }
   constexpr size_t kPiece = 1024;  // 4 KiB of f32: stays in L1 between the steps
   float acc[kPiece];
