@@ -41,6 +41,14 @@
 // their time minus the plugin ABI's, what tpx's host layer adds to each
 // operation.
 //
+// On one host the same rounds also time the bare exchange tpx's small
+// messages cannot do without (bench/shm_exchange_floor.h: a copy into
+// shared memory, a flag, a read of the peers' copies; --floor, f32,
+// up to --floor_max_bytes): "impl":"shm_floor" lines, and "over_floor" on
+// the tpx and tpx_api lines, their time over the floor's. What a host's
+// caches take to move a few KiB between cores varies several-fold between
+// machines; the floor tells what of a small collective's time is tpx's.
+//
 // --rewrite_send writes the send buffer before each op in every series (the
 // Open MPI peer too), so that the data comes as a layer just produced it;
 // without it the buffers are written once and read clean from the caches.
@@ -71,8 +79,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/shm_exchange_floor.h"
 #include "comm/communicator.h"
 #include "comm/init.h"
+#include "comm/launch_env.h"
 #include "comm/plugin_abi.h"
 #include "comm_ucx/plugin_testutil.h"
 #include "core/allocator.h"
@@ -96,6 +106,11 @@ ABSL_FLAG(bool, rewrite_send, false,
 ABSL_FLAG(bool, api, true,
           "Also measure through comm::Communicator (tpx's public API) in the same rounds "
           "(one host only).");
+ABSL_FLAG(bool, floor, true,
+          "Also time the bare exchange through shared memory (bench/shm_exchange_floor.h) for "
+          "f32 all_reduce, all_gather and reduce_scatter up to --floor_max_bytes, in the same "
+          "rounds (one host): \"impl\":\"shm_floor\" lines, and \"over_floor\" on tpx's.");
+ABSL_FLAG(int64_t, floor_max_bytes, 65536, "Largest size of the shm_floor series.");
 ABSL_FLAG(std::string, dtype, "f32",
           "Element type of tpx's buffers: f32, or bf16 (reduced in f32 and rounded once; Open MPI "
           "has no bf16, so the peer is skipped).");
@@ -424,6 +439,62 @@ std::string RunApiRound(const Setup& s, Samples* out) {
   return "";
 }
 
+// The (op, size) pairs of the shm_floor series: f32 all_reduce, all_gather
+// and reduce_scatter up to --floor_max_bytes.
+std::vector<std::pair<std::string, int64_t>> FloorCases(const Setup& s) {
+  std::vector<std::pair<std::string, int64_t>> cases;
+  if (BenchDType() != TPX_DTYPE_F32) return cases;
+  for (const std::string& op : s.ops) {
+    if (!MpiHasOp(op)) continue;
+    for (int64_t bytes : s.sizes) {
+      if (bytes <= absl::GetFlag(FLAGS_floor_max_bytes) && bytes % (4 * s.nproc) == 0) {
+        cases.emplace_back(op, bytes);
+      }
+    }
+  }
+  return cases;
+}
+
+// One round of the shm_floor series in ranks that launch/local_job.h starts;
+// "" or why it failed.
+std::string RunFloorRound(const Setup& s, Samples* out) {
+  const auto cases = FloorCases(s);
+  if (cases.empty()) return "";
+  int64_t max_bytes = 0;
+  for (const auto& c : cases) max_bytes = std::max(max_bytes, c.second);
+  // A fresh mapping each round: its flags count this round's operations.
+  auto floor = tpx::bench::ShmExchangeFloor::Create(s.nproc, max_bytes);
+  if (!floor.ok()) return floor.status().ToString();
+  const std::string results = s.dir + "/floor_results";
+  const int code = tpx::launch::RunLocalRanks(s.nproc, [&]() -> int {
+    absl::StatusOr<tpx::comm::LaunchEnv> place = tpx::comm::ReadLaunchEnv();
+    if (!place.ok()) {
+      std::fprintf(stderr, "collectives: floor rank: %s\n", place.status().ToString().c_str());
+      return 1;
+    }
+    const int rank = place->rank;
+    tpx::bench::ShmExchangeFloor& f = **floor;
+    const Runner runner{s.nproc, rank, [&f, rank] { return f.Barrier(rank); },
+                        [&f, rank](const std::string& op, int64_t bytes, float* send,
+                                   float* recv) { return f.Run(rank, op, bytes, send, recv); }};
+    std::string e;
+    for (const auto& [op, bytes] : cases) {
+      e = MeasureRank(runner, {op}, {bytes}, s.reps, results + "." + op + std::to_string(bytes));
+      if (!e.empty()) break;
+    }
+    if (e.empty()) return 0;
+    std::fprintf(stderr, "collectives: floor rank %d: %s\n", rank, e.c_str());
+    return 1;
+  });
+  if (code != 0) return "a floor rank failed (exit " + std::to_string(code) + ")";
+  for (const auto& [op, bytes] : cases) {
+    if (!ParseTimes(ReadFile(results + "." + op + std::to_string(bytes)), out)) {
+      return "rank 0 reported no floor time for " + op;
+    }
+  }
+  return "";
+}
+
 // Compiles the Open MPI peer into s.dir; its path, or "" with `why` set.
 std::string BuildMpiPeer(const Setup& s, std::string* why) {
   if (access(kMpiPeerSource, R_OK) != 0) {
@@ -615,7 +686,8 @@ int main(int argc, char** argv) {
     PrintSkipped("tpx_api", num_hosts, "the API series runs on one host");
     api = false;
   }
-  Samples tpx_times, mpi_times, api_times;
+  const bool floor = absl::GetFlag(FLAGS_floor) && !cross_host;
+  Samples tpx_times, mpi_times, api_times, floor_times;
   for (int round = 0; round < rounds; ++round) {
     if (std::string e = RunTpxRound(s, &tpx_times); !e.empty()) {
       std::fprintf(stderr, "collectives: tpx round %d: %s\n", round, e.c_str());
@@ -624,6 +696,12 @@ int main(int argc, char** argv) {
     if (api) {
       if (std::string e = RunApiRound(s, &api_times); !e.empty()) {
         std::fprintf(stderr, "collectives: tpx_api round %d: %s\n", round, e.c_str());
+        return 1;
+      }
+    }
+    if (floor) {
+      if (std::string e = RunFloorRound(s, &floor_times); !e.empty()) {
+        std::fprintf(stderr, "collectives: shm_floor round %d: %s\n", round, e.c_str());
         return 1;
       }
     }
@@ -659,15 +737,25 @@ int main(int argc, char** argv) {
                    : absl::StrFormat(",\"vs_openmpi\":%.2f",
                                      Median(mpi->second.medians) / Median(t.medians));
       };
-      std::printf("%s%s}\n", tpx_line.c_str(), vs_openmpi(tpx).c_str());
+      auto floor_line = floor_times.find(key);
+      auto over_floor = [&](const Times& t) {
+        return floor_line == floor_times.end()
+                   ? std::string()
+                   : absl::StrFormat(",\"over_floor\":%.2f",
+                                     Median(t.medians) / Median(floor_line->second.medians));
+      };
+      std::printf("%s%s%s}\n", tpx_line.c_str(), vs_openmpi(tpx).c_str(), over_floor(tpx).c_str());
       if (mpi != mpi_times.end()) {
         std::printf("%s}\n",
                     line("openmpi", mpi->second, absl::GetFlag(FLAGS_openmpi_huge_pages)).c_str());
       }
       if (auto a = api_times.find(key); a != api_times.end()) {
-        std::printf("%s%s,\"api_overhead_us\":%.2f}\n",
+        std::printf("%s%s%s,\"api_overhead_us\":%.2f}\n",
                     line("tpx_api", a->second, huge_pages).c_str(), vs_openmpi(a->second).c_str(),
-                    Median(a->second.medians) - Median(tpx.medians));
+                    over_floor(a->second).c_str(), Median(a->second.medians) - Median(tpx.medians));
+      }
+      if (floor_line != floor_times.end()) {
+        std::printf("%s}\n", line("shm_floor", floor_line->second, huge_pages).c_str());
       }
       std::fflush(stdout);
     }
