@@ -43,8 +43,8 @@
 //
 // On one host the same rounds also time the bare exchange tpx's small
 // messages cannot do without (bench/shm_exchange_floor.h: a copy into
-// shared memory, a flag, a read of the peers' copies; --floor, f32,
-// up to --floor_max_bytes): "impl":"shm_floor" lines, and "over_floor" on
+// shared memory, a flag, a read of the peers' copies; --floor, f32, two
+// ranks or more, up to --floor_max_bytes): "impl":"shm_floor" lines, and "over_floor" on
 // the tpx and tpx_api lines, their time over the floor's. What a host's
 // caches take to move a few KiB between cores varies several-fold between
 // machines; the floor tells what of a small collective's time is tpx's.
@@ -443,7 +443,7 @@ std::string RunApiRound(const Setup& s, Samples* out) {
 // and reduce_scatter up to --floor_max_bytes.
 std::vector<std::pair<std::string, int64_t>> FloorCases(const Setup& s) {
   std::vector<std::pair<std::string, int64_t>> cases;
-  if (BenchDType() != TPX_DTYPE_F32) return cases;
+  if (BenchDType() != TPX_DTYPE_F32 || s.nproc < 2) return cases;
   for (const std::string& op : s.ops) {
     if (!MpiHasOp(op)) continue;
     for (int64_t bytes : s.sizes) {

@@ -1,10 +1,12 @@
 #include "bench/shm_exchange_floor.h"
 
 #include <immintrin.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 #include <atomic>
 #include <new>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,6 +14,12 @@ namespace tpx::bench {
 namespace {
 
 constexpr int kMaxRanks = 64;
+// Turns a rank spins waiting for a peer before it yields between looks:
+// none where the ranks outnumber the cores (a spinning rank would hold the
+// core its peer needs for a whole time slice).
+uint32_t SpinsBeforeYield(int world) {
+  return world > static_cast<int>(std::thread::hardware_concurrency()) ? 0 : 1 << 12;
+}
 
 // out = a + b and dst = src in the widest vectors the CPU has, as the
 // plugin's kernels run (glibc's memcpy takes `rep movsb` from 2 KiB, slower
@@ -41,8 +49,8 @@ struct ShmExchangeFloor::Control {
   Flag flags[kMaxRanks];
 };
 
-absl::StatusOr<std::unique_ptr<ShmExchangeFloor>> ShmExchangeFloor::Create(int world,
-                                                                         int64_t max_bytes) {
+absl::StatusOr<std::unique_ptr<ShmExchangeFloor>> ShmExchangeFloor::Create(
+    int world, int64_t max_bytes, std::chrono::milliseconds wait_limit) {
   if (world < 1 || world > kMaxRanks || max_bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("ShmExchangeFloor: world ", world, " (1-", kMaxRanks, "), max_bytes ",
@@ -56,16 +64,20 @@ absl::StatusOr<std::unique_ptr<ShmExchangeFloor>> ShmExchangeFloor::Create(int w
     return absl::ResourceExhaustedError(
         absl::StrCat("ShmExchangeFloor: cannot map ", bytes, " bytes of shared memory"));
   }
-  return std::unique_ptr<ShmExchangeFloor>(new ShmExchangeFloor(world, max_bytes, mapping, bytes));
+  return std::unique_ptr<ShmExchangeFloor>(
+      new ShmExchangeFloor(world, max_bytes, wait_limit, mapping, bytes));
 }
 
-ShmExchangeFloor::ShmExchangeFloor(int world, int64_t max_bytes, void* mapping,
+ShmExchangeFloor::ShmExchangeFloor(int world, int64_t max_bytes,
+                                   std::chrono::milliseconds wait_limit, void* mapping,
                                    size_t mapping_bytes)
     : world_(world),
       max_bytes_(max_bytes),
+      wait_limit_(wait_limit),
       mapping_(mapping),
       mapping_bytes_(mapping_bytes),
-      control_(new (mapping) Control) {}
+      control_(new (mapping) Control),
+      spins_before_yield_(SpinsBeforeYield(world)) {}
 
 ShmExchangeFloor::~ShmExchangeFloor() { munmap(mapping_, mapping_bytes_); }
 
@@ -86,17 +98,22 @@ std::string ShmExchangeFloor::Exchange(int rank, uint64_t op) {
   for (int peer = 0; peer < world_; ++peer) {
     if (peer == rank) continue;
     const std::atomic<uint64_t>& flag = control_->flags[peer].op;
-    // The clock only every 2^16 spins; the limit counts from the first look.
+    // Spins, then yields the core between looks. The clock only every 2^12
+    // turns; the limit counts from the first look.
     auto deadline = std::chrono::steady_clock::time_point::min();
     for (uint32_t spins = 1; flag.load(std::memory_order_acquire) < op; ++spins) {
-      _mm_pause();
-      if (spins % (1 << 16) != 0) continue;
+      if (spins < spins_before_yield_) {
+        _mm_pause();
+        continue;
+      }
+      sched_yield();
+      if (spins % (1 << 12) != 0) continue;
       const auto now = std::chrono::steady_clock::now();
       if (deadline == std::chrono::steady_clock::time_point::min()) {
-        deadline = now + kWaitLimit;
+        deadline = now + wait_limit_;
       } else if (now > deadline) {
-        return absl::StrCat("shm floor: rank ", peer, " did not reach operation ", op,
-                            " within ", kWaitLimit.count(), " s");
+        return absl::StrCat("shm floor: rank ", peer, " did not reach operation ", op, " within ",
+                            wait_limit_.count(), " ms");
       }
     }
   }
