@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <utility>
-#include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 
@@ -53,7 +53,9 @@ class Checker {
   // Blocks of a layout that receives data must not overlap one another.
   absl::Status NoOverlap(absl::string_view counts_arg, const PerRankCounts& counts,
                          const PerRankCounts& displs) const {
-    std::vector<std::pair<int64_t, int>> starts;
+    // On the stack for the usual world sizes (PerRankCounts' inline size):
+    // this runs on every v-collective.
+    absl::InlinedVector<std::pair<int64_t, int>, 8> starts;
     for (int r = 0; r < size_; ++r) {
       if (counts[r] > 0) starts.push_back({displs[r], r});
     }
