@@ -439,32 +439,24 @@ std::string RunApiRound(const Setup& s, Samples* out) {
   return "";
 }
 
-// The (op, size) pairs of the shm_floor series: f32 all_reduce, all_gather
-// and reduce_scatter up to --floor_max_bytes.
-std::vector<std::pair<std::string, int64_t>> FloorCases(const Setup& s) {
-  std::vector<std::pair<std::string, int64_t>> cases;
-  if (BenchDType() != TPX_DTYPE_F32 || s.nproc < 2) return cases;
-  for (const std::string& op : s.ops) {
-    if (!MpiHasOp(op)) continue;
-    for (int64_t bytes : s.sizes) {
-      if (bytes <= absl::GetFlag(FLAGS_floor_max_bytes) && bytes % (4 * s.nproc) == 0) {
-        cases.emplace_back(op, bytes);
-      }
-    }
-  }
-  return cases;
-}
-
-// One round of the shm_floor series in ranks that launch/local_job.h starts;
-// "" or why it failed.
+// One round of the shm_floor series (f32, two ranks or more: the ops and
+// sizes up to --floor_max_bytes that ShmExchangeFloor covers) in ranks that
+// launch/local_job.h starts; "" or why it failed.
 std::string RunFloorRound(const Setup& s, Samples* out) {
-  const auto cases = FloorCases(s);
-  if (cases.empty()) return "";
-  int64_t max_bytes = 0;
-  for (const auto& c : cases) max_bytes = std::max(max_bytes, c.second);
+  if (BenchDType() != TPX_DTYPE_F32 || s.nproc < 2) return "";
+  // Slots no larger than the largest size asks for.
+  const int64_t max_bytes = std::min(absl::GetFlag(FLAGS_floor_max_bytes),
+                                     *std::max_element(s.sizes.begin(), s.sizes.end()));
   // A fresh mapping each round: its flags count this round's operations.
   auto floor = tpx::bench::ShmExchangeFloor::Create(s.nproc, max_bytes);
   if (!floor.ok()) return floor.status().ToString();
+  std::vector<std::pair<std::string, int64_t>> cases;
+  for (const std::string& op : s.ops) {
+    for (int64_t bytes : s.sizes) {
+      if (bytes <= max_bytes && (*floor)->Covers(op, bytes)) cases.emplace_back(op, bytes);
+    }
+  }
+  if (cases.empty()) return "";
   const std::string results = s.dir + "/floor_results";
   const int code = tpx::launch::RunLocalRanks(s.nproc, [&]() -> int {
     absl::StatusOr<tpx::comm::LaunchEnv> place = tpx::comm::ReadLaunchEnv();
