@@ -79,7 +79,9 @@ ABSL_FLAG(std::string, threads, "1,2", "GEMM thread counts to measure.");
 ABSL_FLAG(std::string, openblas_core, "auto",
           "OpenBLAS kernels of the baseline: auto (OpenBLAS's choice for this CPU: the bench "
           "restarts itself without the host's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which "
-          "OpenBLAS reads when it loads) or env (as the environment says).");
+          "OpenBLAS reads when it loads; where OpenBLAS does not know the CPU model and falls "
+          "back to SSE kernels, it restarts again on the newest kernel set the CPU's features "
+          "allow, and the lines name both) or env (as the environment says).");
 ABSL_FLAG(int, rounds, 2,
           "Rounds over all the selected cases per thread count, each figure the best of its "
           "rounds: a stretch of a minute in which a shared host runs slow then sinks no case "
@@ -320,6 +322,36 @@ void MeasureCase(const Case& s, int threads, const bench::FmaPeak& peak, CaseTim
   }
 }
 
+// Set when --openblas_core=auto replaced OpenBLAS's SSE fallback: the core
+// OpenBLAS chose on its own (bench/peers/torch_peer.py does the same).
+constexpr const char* kOwnCoreEnv = "TPX_OPENBLAS_OWN_CORE";
+
+// OpenBLAS's SSE-only kernel sets: what a release falls back to on a CPU
+// model it predates (0.3.21 runs "Prescott" on an Emerald Rapids Xeon, at a
+// sixth of its AVX-512 kernels' f32 rate there), which would flatter tpx.
+bool IsSseOnlyOpenBlasCore(absl::string_view name) {
+  for (absl::string_view sse :
+       {"katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn", "dunnington",
+        "nehalem", "atom", "opteron", "opteron_sse3", "barcelona", "bobcat", "nano"}) {
+    if (absl::EqualsIgnoreCase(name, sse)) return true;
+  }
+  return false;
+}
+
+// The newest OpenBLAS kernel set this CPU's features allow, in the order
+// newer OpenBLAS releases use for models they do not know; nullptr if none.
+const char* OpenBlasCoreForCpu() {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                      __builtin_cpu_supports("avx512vl");
+  if (avx512 && __builtin_cpu_supports("avx512bf16")) return "Cooperlake";
+  if (avx512) return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  if (__builtin_cpu_supports("avx")) return "Sandybridge";
+  return nullptr;
+}
+
 int Main() {
   const std::string groups = absl::GetFlag(FLAGS_cases);
   const int rounds = absl::GetFlag(FLAGS_rounds);
@@ -415,6 +447,9 @@ int Main() {
         if (d == 0) {
           line += absl::StrFormat(",\"openblas_frac_of_peak\":%.2f,\"openblas_core\":\"%s\"",
                                   frac(blas_gflops), openblas_get_corename());
+          if (const char* own = std::getenv(kOwnCoreEnv); own != nullptr) {
+            line += absl::StrFormat(",\"openblas_own_core\":\"%s\"", own);
+          }
         } else {
           // The bf16 goal is relative to tpx's own f32 path.
           line += absl::StrFormat(",\"vs_tpx_f32\":%.2f", t.tpx[0] / t.tpx[1]);
@@ -451,15 +486,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gemm: --openblas_core must be auto or env, not '%s'\n", core.c_str());
     return 2;
   }
-  // A host that pins an older core type would halve OpenBLAS on AVX-512
-  // CPUs and flatter tpx; once unset, the restarted bench keeps running.
-  if (core == "auto" &&
-      (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("OPENBLAS_L2_SIZE") != nullptr)) {
-    unsetenv("OPENBLAS_CORETYPE");
-    unsetenv("OPENBLAS_L2_SIZE");
-    execv("/proc/self/exe", argv);
-    std::perror("gemm: restarting without OPENBLAS_CORETYPE");
-    return 1;
+  // OpenBLAS reads OPENBLAS_CORETYPE once, when it loads: hence restarts.
+  if (core == "auto" && std::getenv(tpx::kOwnCoreEnv) == nullptr) {
+    // A host that pins an older core type would halve OpenBLAS on AVX-512
+    // CPUs and flatter tpx; once unset, the restarted bench keeps running.
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("OPENBLAS_L2_SIZE") != nullptr) {
+      unsetenv("OPENBLAS_CORETYPE");
+      unsetenv("OPENBLAS_L2_SIZE");
+      execv("/proc/self/exe", argv);
+      std::perror("gemm: restarting without OPENBLAS_CORETYPE");
+      return 1;
+    }
+    const std::string own = openblas_get_corename();
+    if (const char* better = tpx::OpenBlasCoreForCpu();
+        better != nullptr && tpx::IsSseOnlyOpenBlasCore(own)) {
+      setenv(tpx::kOwnCoreEnv, own.c_str(), 1);
+      setenv("OPENBLAS_CORETYPE", better, 1);
+      execv("/proc/self/exe", argv);
+      std::perror("gemm: restarting with OPENBLAS_CORETYPE");
+      return 1;
+    }
   }
   return tpx::Main();
 }

@@ -95,8 +95,10 @@ ABSL_FLAG(std::string, pytorch_threads, "1:1,1:2,2:1,2:2",
           "PyTorch peer thread settings to measure, omp:blas each; empty = none.");
 ABSL_FLAG(std::string, pytorch_openblas_core, "auto",
           "OpenBLAS kernels of the PyTorch peer: auto (OpenBLAS's choice for this CPU; the "
-          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer) or env "
-          "(as the environment says).");
+          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer; where "
+          "OpenBLAS does not know the CPU model and falls back to SSE kernels, the newest kernel "
+          "set the CPU's features allow, the peer's lines naming both) or env (as the "
+          "environment says).");
 ABSL_FLAG(std::string, python, "/usr/bin/python3",
           "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 

@@ -37,7 +37,10 @@ def add_common_args(parser):
     # auto: OpenBLAS picks its kernels for this CPU. Some hosts set
     # OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to an older core as a workaround
     # for old OpenBLAS builds; on a CPU with AVX-512 that halves PyTorch's f32
-    # GEMM rate, which would flatter tpx. env: keep what the environment says.
+    # GEMM rate, which would flatter tpx. Where OpenBLAS does not know the CPU
+    # model and falls back to its SSE kernels, auto takes the newest kernel set
+    # the CPU's features allow instead (openblas_core_for_cpu). env: keep what
+    # the environment says.
     parser.add_argument("--openblas_core", default="auto", choices=("auto", "env"))
     parser.add_argument("--tp", type=int, default=1, choices=(1, 2))
     parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
@@ -55,6 +58,8 @@ def base_line(bench, args, **after_tp):
     line.update({"dtype": args.dtype, "threads": max(args.omp_threads, args.blas_threads),
                  "omp_threads": args.omp_threads, "blas_threads": args.blas_threads,
                  "openblas_core": openblas_core_name()})
+    if os.environ.get(OWN_CORE_ENV):
+        line["openblas_own_core"] = os.environ[OWN_CORE_ENV]
     return line
 
 
@@ -71,6 +76,57 @@ def openblas_core_name():
         get.restype = ctypes.c_char_p
         return get().decode()
     return "unknown"
+
+
+# OpenBLAS's SSE-only kernel sets: what a release falls back to on a CPU model
+# it predates (0.3.21 runs "Prescott" on an Emerald Rapids Xeon, at a sixth of
+# the f32 GEMM rate of its AVX-512 kernels there).
+SSE_ONLY_CORES = {"katmai", "coppermine", "northwood", "prescott", "banias", "core2", "penryn",
+                  "dunnington", "nehalem", "atom", "opteron", "opteron_sse3", "barcelona",
+                  "bobcat", "nano"}
+# Set when auto replaced such a fallback: the core OpenBLAS chose on its own.
+OWN_CORE_ENV = "TPX_OPENBLAS_OWN_CORE"
+
+
+def openblas_core_for_cpu(flags=None):
+    """The newest OpenBLAS kernel set the CPU's features allow, or None.
+
+    The order newer OpenBLAS releases use for CPU models they do not know.
+    """
+    if flags is None:
+        flags = set()
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    if avx512 and "avx512_bf16" in flags:
+        return "Cooperlake"
+    if avx512:
+        return "SkylakeX"
+    if {"avx2", "fma"} <= flags:
+        return "Haswell"
+    if "avx" in flags:
+        return "Sandybridge"
+    return None
+
+
+def replace_sse_fallback(args):
+    """In auto mode, restarts this process on a better core when OpenBLAS fell back to SSE.
+
+    OpenBLAS reads OPENBLAS_CORETYPE once, as torch loads it: hence the restart.
+    """
+    if args.openblas_core != "auto" or os.environ.get(OWN_CORE_ENV):
+        return
+    own = openblas_core_name()
+    better = openblas_core_for_cpu()
+    if own.lower() not in SSE_ONLY_CORES or better is None:
+        return
+    os.environ["OPENBLAS_CORETYPE"] = better
+    os.environ[OWN_CORE_ENV] = own
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 
 class TpRank:
@@ -147,7 +203,7 @@ def main(args, name, first_keys, run, invalid):
     after `name`) for flags the model cannot take, else None.
     """
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.blas_threads)
-    if args.openblas_core == "auto":
+    if args.openblas_core == "auto" and not os.environ.get(OWN_CORE_ENV):
         os.environ.pop("OPENBLAS_CORETYPE", None)
         os.environ.pop("OPENBLAS_L2_SIZE", None)
     try:
@@ -158,6 +214,7 @@ def main(args, name, first_keys, run, invalid):
         line.update({"skipped": "torch not importable: %s" % e})
         emit(line)
         return 0
+    replace_sse_fallback(args)
     error = invalid(args)
     if error:
         print("%s: %s" % (name, error), file=sys.stderr)
