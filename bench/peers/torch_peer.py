@@ -88,18 +88,17 @@ SSE_ONLY_CORES = {"katmai", "coppermine", "northwood", "prescott", "banias", "co
 OWN_CORE_ENV = "TPX_OPENBLAS_OWN_CORE"
 
 
-def openblas_core_for_cpu(flags=None):
+def openblas_core_for_cpu():
     """The newest OpenBLAS kernel set the CPU's features allow, or None.
 
     The order newer OpenBLAS releases use for CPU models they do not know.
     """
-    if flags is None:
-        flags = set()
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
+    flags = set()
+    with open("/proc/cpuinfo") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
     avx512 = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags
     if avx512 and "avx512_bf16" in flags:
         return "Cooperlake"
