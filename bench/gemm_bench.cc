@@ -498,8 +498,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     const std::string own = openblas_get_corename();
-    if (const char* better = tpx::OpenBlasCoreForCpu();
-        better != nullptr && tpx::IsSseOnlyOpenBlasCore(own)) {
+    if (const char* better = tpx::IsSseOnlyOpenBlasCore(own) ? tpx::OpenBlasCoreForCpu() : nullptr;
+        better != nullptr) {
       setenv(tpx::kOwnCoreEnv, own.c_str(), 1);
       setenv("OPENBLAS_CORETYPE", better, 1);
       execv("/proc/self/exe", argv);

@@ -119,8 +119,10 @@ def replace_sse_fallback(args):
     if args.openblas_core != "auto" or os.environ.get(OWN_CORE_ENV):
         return
     own = openblas_core_name()
+    if own.lower() not in SSE_ONLY_CORES:
+        return
     better = openblas_core_for_cpu()
-    if own.lower() not in SSE_ONLY_CORES or better is None:
+    if better is None:
         return
     os.environ["OPENBLAS_CORETYPE"] = better
     os.environ[OWN_CORE_ENV] = own
