@@ -81,6 +81,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/pytorch_peer.h"
 #include "comm/init.h"
 #include "core/gemm.h"
 #include "core/omp_wait_policy.h"
@@ -93,14 +94,6 @@ ABSL_FLAG(std::string, tps, "1,2", "Tensor-parallel sizes to measure (world = TP
 ABSL_FLAG(int64_t, steps, 20, "Optimizer steps per measurement.");
 ABSL_FLAG(std::string, pytorch_threads, "1:1,1:2,2:1,2:2",
           "PyTorch peer thread settings to measure, omp:blas each; empty = none.");
-ABSL_FLAG(std::string, pytorch_openblas_core, "auto",
-          "OpenBLAS kernels of the PyTorch peer: auto (OpenBLAS's choice for this CPU; the "
-          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer; where "
-          "OpenBLAS does not know the CPU model and falls back to SSE kernels, the newest kernel "
-          "set the CPU's features allow, the peer's lines naming both) or env (as the "
-          "environment says).");
-ABSL_FLAG(std::string, python, "/usr/bin/python3",
-          "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
 ABSL_FLAG(int, contend, 0,
           "Busy-loop processes competing with each tpx measurement (0-64), started before it "
@@ -263,58 +256,38 @@ int MeasureRank(int tp) {
   return 0;
 }
 
-// Runs the PyTorch peer with one thread setting and copies its JSON line
-// (also to *output when given); prints a "skipped" line when it cannot run.
-// False when the setting is malformed.
-bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
-  std::vector<std::string> parts = absl::StrSplit(setting, ':');
-  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], omp) && absl::SimpleAtoi(parts[1], blas) &&
-      *omp >= 1 && *blas >= 1) {
-    return true;
-  }
-  std::fprintf(stderr, "gpt bench: bad --pytorch_threads entry '%s' (want omp:blas, both >= 1)\n",
-               std::string(setting).c_str());
-  return false;
-}
-
+// Runs the PyTorch peer with one thread setting (its JSON line copied to
+// stdout, and also to *output when given); prints a "skipped" line when it
+// cannot run. False when the setting is malformed.
 bool RunPytorchPeer(int tp, absl::string_view setting, std::string* output = nullptr) {
-  int omp = 0, blas = 0;
-  if (!ParseThreadSetting(setting, &omp, &blas)) return false;
+  const absl::StatusOr<bench::PeerThreads> threads = bench::ParsePeerThreads(setting);
+  if (!threads.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", std::string(threads.status().message()).c_str());
+    return false;
+  }
   absl::StatusOr<GptConfig> config = GptConfigFromFlags();
   const std::string dtype = config.ok() ? std::string(DTypeName(config->dtype)) : "f32";
-  const char* script = "bench/peers/gpt_pytorch.py";
-  auto skipped = [&](const std::string& why) {
+  auto skipped = [&](absl::string_view why) {
     std::printf(
         "{\"bench\":\"gpt\",\"impl\":\"pytorch\",\"tp\":%d,\"dtype\":\"%s\",\"threads\":%d,"
         "\"omp_threads\":%d,\"blas_threads\":%d,\"skipped\":\"%s\"}\n",
-        tp, dtype.c_str(), std::max(omp, blas), omp, blas, why.c_str());
+        tp, dtype.c_str(), std::max(threads->omp, threads->blas), threads->omp, threads->blas,
+        std::string(why).c_str());
     std::fflush(stdout);
     return true;
   };
-  if (access(script, R_OK) != 0) return skipped("bench/peers/gpt_pytorch.py not found");
-  const std::string python = absl::GetFlag(FLAGS_python);
-  if (access(python.c_str(), X_OK) != 0) return skipped("no python at " + python);
-  if (!config.ok()) return skipped(std::string(config.status().message()));
+  if (!config.ok()) return skipped(config.status().message());
   const GptConfig& c = *config;
-  const std::string cmd = absl::StrCat(
-      "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
-      " --batch=", absl::GetFlag(FLAGS_batch), " --seq_len=", c.seq_len,
-      " --d_model=", c.d_model, " --n_heads=", c.n_heads, " --n_layers=", c.n_layers,
-      " --d_ff=", c.d_ff, " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp,
-      " --dtype=", dtype, " --openblas_core=", absl::GetFlag(FLAGS_pytorch_openblas_core));
-  std::fflush(stdout);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return skipped("could not start python");
-  char buf[4096];
-  bool printed = false;
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) {
-    std::fputs(buf, stdout);
-    if (output != nullptr) output->append(buf);
-    printed = true;
-  }
-  const int rc = pclose(pipe);
-  if (!printed || rc != 0) return skipped(absl::StrCat("peer exited with status ", rc));
-  std::fflush(stdout);
+  absl::StatusOr<std::string> out = bench::RunPytorchPeer(
+      "bench/peers/gpt_pytorch.py",
+      {absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+       absl::StrCat("--batch=", absl::GetFlag(FLAGS_batch)), absl::StrCat("--seq_len=", c.seq_len),
+       absl::StrCat("--d_model=", c.d_model), absl::StrCat("--n_heads=", c.n_heads),
+       absl::StrCat("--n_layers=", c.n_layers), absl::StrCat("--d_ff=", c.d_ff),
+       absl::StrCat("--tp=", tp), absl::StrCat("--dtype=", dtype)},
+      *threads);
+  if (!out.ok()) return skipped(out.status().message());
+  if (output != nullptr) output->append(*out);
   return true;
 }
 
@@ -587,10 +560,8 @@ int SweepWaitPolicies(const std::vector<std::string>& policies, int argc, char**
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (const std::string core = absl::GetFlag(FLAGS_pytorch_openblas_core);
-      core != "auto" && core != "env") {
-    std::fprintf(stderr, "gpt bench: --pytorch_openblas_core must be auto or env, not '%s'\n",
-                 core.c_str());
+  if (const absl::Status peer_flags = tpx::bench::CheckPeerFlags(); !peer_flags.ok()) {
+    std::fprintf(stderr, "gpt bench: %s\n", std::string(peer_flags.message()).c_str());
     return 2;
   }
   const int contend = absl::GetFlag(FLAGS_contend);
@@ -615,8 +586,10 @@ int main(int argc, char** argv) {
   const std::string settings = absl::GetFlag(FLAGS_pytorch_threads);
   if (!settings.empty()) {
     for (absl::string_view s : absl::StrSplit(settings, ',')) {
-      int omp = 0, blas = 0;
-      if (!tpx::gpt::ParseThreadSetting(s, &omp, &blas)) return 2;
+      if (const auto threads = tpx::bench::ParsePeerThreads(s); !threads.ok()) {
+        std::fprintf(stderr, "gpt bench: %s\n", std::string(threads.status().message()).c_str());
+        return 2;
+      }
     }
   }
   int failures = 0;

@@ -27,7 +27,6 @@
 //       [--dtype=f32,bf16] [--rounds=3] [--pytorch_threads=1:2,2:1,2:2] [--python=/usr/bin/python3]
 //       [--pytorch_openblas_core=auto|env]
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,6 +43,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/pytorch_peer.h"
 #include "core/autograd/engine.h"
 #include "core/autograd/ops.h"
 #include "core/gemm.h"
@@ -65,14 +65,6 @@ ABSL_FLAG(int, rounds, 1,
 ABSL_FLAG(std::string, pytorch_threads, "1:2,2:1,2:2",
           "PyTorch peer thread settings at TP=1, omp:blas each (the best is compared); at TP=2 "
           "each process gets 1:1; empty = no PyTorch peer");
-ABSL_FLAG(std::string, pytorch_openblas_core, "auto",
-          "OpenBLAS kernels of the PyTorch peer: auto (OpenBLAS's choice for this CPU; the "
-          "machine's OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are dropped for the peer; where "
-          "OpenBLAS does not know the CPU model and falls back to SSE kernels, the newest kernel "
-          "set the CPU's features allow, the peer's lines naming both) or env (as the "
-          "environment says).");
-ABSL_FLAG(std::string, python, "/usr/bin/python3",
-          "Interpreter for the PyTorch peer (Debian's python3-torch is under /usr/bin).");
 
 namespace tpx {
 namespace {
@@ -257,51 +249,28 @@ void RunConfig(comm::Communicator& tp, const Config& cfg, Measured* measured) {
   }
 }
 
-// "omp:blas", both >= 1.
-bool ParseThreadSetting(absl::string_view setting, int* omp, int* blas) {
-  std::vector<std::string> parts = absl::StrSplit(setting, ':');
-  return parts.size() == 2 && absl::SimpleAtoi(parts[0], omp) &&
-         absl::SimpleAtoi(parts[1], blas) && *omp >= 1 && *blas >= 1;
-}
-
-// Runs the PyTorch peer once and copies its JSON line; the step_ms it
+// Runs the PyTorch peer once (its JSON line copied to stdout); the step_ms it
 // reported, or a negative value (and a "skipped" line saying why) when it
 // could not run.
-double RunPytorchPeer(int tp, absl::string_view dtype, int omp, int blas) {
-  const char* script = "bench/peers/tp_mlp_pytorch.py";
-  auto skipped = [&](const std::string& why) {
+double RunPytorchPeer(int tp, absl::string_view dtype, const bench::PeerThreads& threads) {
+  absl::StatusOr<std::string> out =
+      bench::RunPytorchPeer("bench/peers/tp_mlp_pytorch.py",
+                            {absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
+                             absl::StrCat("--tokens=", absl::GetFlag(FLAGS_tokens)),
+                             absl::StrCat("--hidden=", absl::GetFlag(FLAGS_hidden)),
+                             absl::StrCat("--tp=", tp), absl::StrCat("--dtype=", dtype)},
+                            threads);
+  if (!out.ok()) {
     std::printf(
         "{\"bench\":\"tp_mlp\",\"impl\":\"pytorch\",\"tp\":%d,\"sequence_parallel\":false,"
         "\"dtype\":\"%s\",\"omp_threads\":%d,\"blas_threads\":%d,\"skipped\":\"%s\"}\n",
-        tp, std::string(dtype).c_str(), omp, blas, why.c_str());
+        tp, std::string(dtype).c_str(), threads.omp, threads.blas,
+        std::string(out.status().message()).c_str());
     std::fflush(stdout);
     return -1.0;
-  };
-  if (access(script, R_OK) != 0) return skipped(absl::StrCat(script, " not found"));
-  const std::string python = absl::GetFlag(FLAGS_python);
-  if (access(python.c_str(), X_OK) != 0) return skipped("no python at " + python);
-  const std::string cmd = absl::StrCat(
-      "'", python, "' ", script, " --steps=", absl::GetFlag(FLAGS_steps),
-      " --tokens=", absl::GetFlag(FLAGS_tokens), " --hidden=", absl::GetFlag(FLAGS_hidden),
-      " --omp_threads=", omp, " --blas_threads=", blas, " --tp=", tp, " --dtype=", dtype,
-      " --openblas_core=", absl::GetFlag(FLAGS_pytorch_openblas_core));
-  std::fflush(stdout);
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return skipped("could not start python");
-  char buf[4096];
-  double step_ms = -1.0;
-  bool printed = false;
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) {
-    std::fputs(buf, stdout);
-    printed = true;
-    const std::string line(buf);
-    const size_t at = line.find("\"step_ms\":");
-    if (at != std::string::npos) step_ms = std::strtod(line.c_str() + at + 10, nullptr);
   }
-  const int rc = pclose(pipe);
-  std::fflush(stdout);
-  if (!printed || rc != 0) return skipped(absl::StrCat("peer exited with status ", rc));
-  return step_ms;  // negative when the peer printed a "skipped" line of its own
+  // Negative when the peer printed a "skipped" line of its own.
+  return bench::JsonNumber(*out, "step_ms", -1.0);
 }
 
 }  // namespace
@@ -309,10 +278,8 @@ double RunPytorchPeer(int tp, absl::string_view dtype, int omp, int blas) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  if (const std::string core = absl::GetFlag(FLAGS_pytorch_openblas_core);
-      core != "auto" && core != "env") {
-    std::fprintf(stderr, "tp_mlp: --pytorch_openblas_core must be auto or env, not '%s'\n",
-                 core.c_str());
+  if (const absl::Status peer_flags = tpx::bench::CheckPeerFlags(); !peer_flags.ok()) {
+    std::fprintf(stderr, "tp_mlp: %s\n", std::string(peer_flags.message()).c_str());
     return 2;
   }
   using tpx::Config;
@@ -332,16 +299,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tp_mlp: need a --dtype, --rounds in [1, 100] and --steps >= 1\n");
     return 2;
   }
-  std::vector<std::pair<int, int>> thread_settings;
+  std::vector<tpx::bench::PeerThreads> thread_settings;
   for (absl::string_view s :
        absl::StrSplit(absl::GetFlag(FLAGS_pytorch_threads), ',', absl::SkipEmpty())) {
-    int omp = 0, blas = 0;
-    if (!tpx::ParseThreadSetting(s, &omp, &blas)) {
-      std::fprintf(stderr, "tp_mlp: bad --pytorch_threads entry '%s' (want omp:blas, >= 1)\n",
-                   std::string(s).c_str());
+    const absl::StatusOr<tpx::bench::PeerThreads> threads = tpx::bench::ParsePeerThreads(s);
+    if (!threads.ok()) {
+      std::fprintf(stderr, "tp_mlp: %s\n", std::string(threads.status().message()).c_str());
       return 2;
     }
-    thread_settings.emplace_back(omp, blas);
+    thread_settings.push_back(*threads);
   }
   std::vector<Config> configs;
   for (DType dt : dtypes) {
@@ -392,11 +358,11 @@ int main(int argc, char** argv) {
     for (const std::string& dtype : peer_dtypes) {
       for (int tp : {1, 2}) {
         if (absl::GetFlag(FLAGS_only_tp) != 0 && absl::GetFlag(FLAGS_only_tp) != tp) continue;
-        std::vector<std::pair<int, int>> settings = thread_settings;
+        std::vector<tpx::bench::PeerThreads> settings = thread_settings;
         if (tp > 1) settings = {{1, 1}};  // like tpx's ranks: one thread each
         double best = -1.0;
-        for (const auto& [omp, blas] : settings) {
-          const double ms = tpx::RunPytorchPeer(tp, dtype, omp, blas);
+        for (const tpx::bench::PeerThreads& threads : settings) {
+          const double ms = tpx::RunPytorchPeer(tp, dtype, threads);
           if (ms > 0 && (best < 0 || ms < best)) best = ms;
         }
         if (best > 0) peer_best[{tp, dtype}].push_back(best);
