@@ -44,8 +44,9 @@ absl::StatusOr<PeerThreads> ParsePeerThreads(absl::string_view setting);
 absl::Status CheckPeerFlags();
 
 // Runs `--python script args... --omp_threads= --blas_threads=
-// --openblas_core=` from the current directory (a benchmark's runfiles root),
-// copying the peer's stdout to this process's as it comes. Returns what it
+// --openblas_core=`, the script's path relative to the current directory
+// (the runfiles root under `bazel run`, or the source tree), copying the
+// peer's stdout to this process's as it comes. Returns what it
 // printed; an error saying why it could not run (script or interpreter
 // missing, could not start, printed nothing, exited with a failure status).
 absl::StatusOr<std::string> RunPytorchPeer(absl::string_view script,
